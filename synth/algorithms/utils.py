@@ -1,0 +1,128 @@
+"""Shared helpers for algorithms: routing between gpus, rank orders, collective set-up."""
+
+from __future__ import annotations
+
+from collections import deque
+from functools import lru_cache
+
+from synth.collectives import ROOTED, Collective, Kind
+from synth.errors import InputError, NotApplicable
+from synth.topology import Topology
+
+
+def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: int | None,
+                    default_chunks: int | None = None) -> Collective:
+    """Build the :class:`Collective` for an algorithm call, with clear errors for bad options."""
+    n = topology.num_ranks
+    if chunks is None:
+        chunks = default_chunks if default_chunks is not None else (1 if kind in ROOTED or kind == Kind.ALLREDUCE else n)
+    if kind in ROOTED and root is None:
+        root = 0
+    if kind not in ROOTED and root is not None:
+        raise InputError("", "root", f"{kind} takes no root")
+    return Collective(kind, n, chunks, root)
+
+
+@lru_cache(maxsize=64)
+def _switch_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
+    """Shortest paths (fewest hops, then widest bottleneck, then node order) from ``source`` to every
+    node, entering only switches on the way (gpus may only be path ends)."""
+    graph = topology.graph
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    best: dict[str, tuple[int, float, tuple[str, ...]]] = {source: (0, float("inf"), (source,))}
+    queue = deque([source])
+    while queue:
+        node = queue.popleft()
+        hops, width, path = best[node]
+        if node != source and topology.is_gpu(node):
+            continue
+        for nxt in sorted(graph.successors(node), key=order.__getitem__):
+            candidate = (hops + 1, min(width, topology.bandwidth(node, nxt)), path + (nxt,))
+            known = best.get(nxt)
+            if known is None:
+                best[nxt] = candidate
+                queue.append(nxt)
+            elif known[0] == candidate[0] and candidate[1] > known[1]:
+                best[nxt] = candidate
+    return {node: entry[2] for node, entry in best.items() if node != source and topology.is_gpu(node)}
+
+
+@lru_cache(maxsize=64)
+def _any_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
+    """Shortest paths from ``source`` that may transit other gpus (fewest hops, widest, node order)."""
+    graph = topology.graph
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    best: dict[str, tuple[int, float, tuple[str, ...]]] = {source: (0, float("inf"), (source,))}
+    queue = deque([source])
+    while queue:
+        node = queue.popleft()
+        hops, width, path = best[node]
+        for nxt in sorted(graph.successors(node), key=order.__getitem__):
+            candidate = (hops + 1, min(width, topology.bandwidth(node, nxt)), path + (nxt,))
+            known = best.get(nxt)
+            if known is None:
+                best[nxt] = candidate
+                queue.append(nxt)
+            elif known[0] == candidate[0] and candidate[1] > known[1]:
+                best[nxt] = candidate
+    return {node: entry[2] for node, entry in best.items() if node != source and topology.is_gpu(node)}
+
+
+def route(topology: Topology, src: int, dst: int) -> tuple[str, ...]:
+    """A deterministic shortest path from rank ``src`` to rank ``dst``: through switches only when
+    possible, otherwise through other gpus (which then forward the bytes)."""
+    a, b = topology.gpus[src], topology.gpus[dst]
+    path = _switch_routes(topology, a).get(b)
+    if path is None:
+        path = _any_routes(topology, a).get(b)
+    if path is None:  # connectivity is checked on load, so this is a bug
+        raise NotApplicable(f"no path from {a} to {b}")
+    return path
+
+
+def direct_neighbors(topology: Topology, rank: int) -> list[int]:
+    """Ranks reachable from ``rank`` through switches only (no other gpu on the way), in rank order."""
+    routes = _switch_routes(topology, topology.gpus[rank])
+    return sorted(topology.rank_of[g] for g in routes)
+
+
+def hamiltonian_ring(topology: Topology, budget: int = 200_000) -> list[int] | None:
+    """A cycle through every rank using switch-only hops, found by depth-first search with Warnsdorff's
+    rule (fewest onward choices first), or None within ``budget`` steps. Deterministic."""
+    n = topology.num_ranks
+    adjacency = [set(direct_neighbors(topology, r)) for r in range(n)]
+    if any(not adj for adj in adjacency):
+        return None
+    if all(len(adj) == n - 1 for adj in adjacency):
+        return list(range(n))
+    start = 0
+    path = [start]
+    on_path = [False] * n
+    on_path[start] = True
+    steps = 0
+
+    def candidates(node: int) -> list[int]:
+        free = [v for v in adjacency[node] if not on_path[v]]
+        return sorted(free, key=lambda v: (sum(1 for w in adjacency[v] if not on_path[w]), v))
+
+    stack = [iter(candidates(start))]
+    while stack:
+        steps += 1
+        if steps > budget:
+            return None
+        if len(path) == n:
+            if start in adjacency[path[-1]]:
+                return path
+            on_path[path.pop()] = False
+            stack.pop()
+            continue
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            if len(path) > 1:
+                on_path[path.pop()] = False
+            continue
+        path.append(nxt)
+        on_path[nxt] = True
+        stack.append(iter(candidates(nxt)))
+    return None

@@ -1,0 +1,140 @@
+"""Core commands: topologies, show, generate, verify, evaluate."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from synth.algorithms import synthesize
+from synth.cli.common import (
+    JSON_OPTION,
+    TOPOLOGY_HELP,
+    console,
+    fmt_time,
+    load_schedule,
+    parse_options,
+    print_json,
+    schedule_topology,
+    sizes_argument,
+    table,
+    topology_argument,
+)
+from synth.collectives import parse_kind
+from synth.evaluate import congestion, evaluate
+from synth.fileio import atomic_write_text
+from synth.library import LIBRARY
+from synth.units import format_size
+from synth.verify import verify
+
+
+def register(app: typer.Typer) -> None:
+    """Add the core commands to ``app``."""
+    app.command("topologies")(topologies)
+    app.command("show")(show)
+    app.command("generate")(generate)
+    app.command("verify")(verify_command)
+    app.command("evaluate")(evaluate_command)
+
+
+def topologies(as_json: bool = JSON_OPTION) -> None:
+    """List the topology library: builders and named systems, with their parameters."""
+    import inspect
+
+    rows = []
+    for name, item in LIBRARY.items():
+        params = ", ".join(f"{p.name}={p.default}" for p in inspect.signature(item.builder).parameters.values())
+        rows.append({"name": name, "parameters": params, "summary": item.summary, "shipped": item.shipped})
+    if as_json:
+        print_json(rows)
+        return
+    console.print(table("synth topology library", ["name", "parameters", "summary"],
+                        [[r["name"], r["parameters"], r["summary"]] for r in rows]))
+    console.print("Use a name with parameters anywhere a topology is expected, e.g. [bold]dgx-a100:boxes=2[/bold].")
+
+
+def show(topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)], as_json: bool = JSON_OPTION) -> None:
+    """Summarize a topology: gpus, switches, links and per-gpu ingress/egress bandwidth."""
+    topo = topology_argument(topology)
+    per_gpu = [{"rank": r, "gpu": g, "egress_GBps": topo.egress_bandwidth(g), "ingress_GBps": topo.ingress_bandwidth(g)}
+               for r, g in enumerate(topo.gpus)]
+    summary = {"name": topo.name, "description": topo.description, "gpus": topo.num_ranks,
+               "switches": len(topo.switches), "directed_links": topo.graph.number_of_edges(), "per_gpu": per_gpu}
+    if as_json:
+        print_json(summary)
+        return
+    console.print(f"[bold]{topo.name}[/bold]: {topo.description}")
+    console.print(f"{topo.num_ranks} gpus, {len(topo.switches)} switches, {topo.graph.number_of_edges()} directed links")
+    rows = [[p["rank"], p["gpu"], f"{p['egress_GBps']:g}", f"{p['ingress_GBps']:g}"] for p in per_gpu[:64]]
+    console.print(table(None, ["rank", "gpu", "egress GB/s", "ingress GB/s"], rows, {0, 2, 3}))
+    if topo.num_ranks > 64:
+        console.print(f"... and {topo.num_ranks - 64} more gpus (use --json for all)")
+
+
+def generate(
+    topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
+    collective: Annotated[str, typer.Option("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, broadcast, reduce")],
+    algorithm: Annotated[str, typer.Option("--algorithm", "-a", help="an algorithm name (see `synth generate --help`)")] = "ring",
+    output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write (synth.schedule/1 JSON)")] = "schedule.json",
+    chunks: Annotated[int | None, typer.Option("--chunks", "-k", help="chunks C (algorithm default if omitted)")] = None,
+    root: Annotated[int | None, typer.Option("--root", help="root rank for broadcast and reduce")] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-O", help="algorithm option key=value (repeatable)")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
+) -> None:
+    """Synthesize a schedule, verify it, and write it as synth JSON."""
+    topo = topology_argument(topology)
+    kind = parse_kind(collective, field="--collective")
+    options = parse_options(option)
+    if chunks is not None:
+        options["chunks"] = chunks
+    if root is not None:
+        options["root"] = root
+    schedule = synthesize(topo, kind, algorithm, **options)
+    if not no_verify:
+        verify(schedule, topo)
+    atomic_write_text(output, schedule.to_json())
+    console.print(f"wrote {output}: {algorithm} {kind} on {topo.name}, {len(schedule.transfers)} transfers, "
+                  f"{schedule.chunks} chunks" + ("" if no_verify else ", verified"))
+
+
+def verify_command(
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Check a schedule exactly: paths, ordering, races, double reductions, postconditions."""
+    schedule = load_schedule(schedule_file)
+    topo = schedule_topology(schedule, topology, schedule_file)
+    report = verify(schedule, topo)
+    if as_json:
+        print_json({"ok": True, "transfers": report.transfers, "depth": report.depth,
+                    "max_chunks_on_a_link": report.max_chunks_on_a_link})
+        return
+    console.print(f"OK: {schedule_file} is a correct {schedule.kind} on {topo.name} "
+                  f"({report.transfers} transfers, dependency depth {report.depth})")
+
+
+def evaluate_command(
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable)")] = None,
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+    model: Annotated[str, typer.Option("--model", "-m", help="flow (max-min fair α-β) or astra (ASTRA-sim analytical)")] = "flow",
+    pipeline: Annotated[int, typer.Option("--pipeline", "-p", help="split each chunk into P pieces (flow model)")] = 1,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Evaluate a schedule: time, algbw, busbw and the congestion bound per message size."""
+    schedule = load_schedule(schedule_file)
+    topo = schedule_topology(schedule, topology, schedule_file)
+    verify(schedule, topo)
+    sizes = sizes_argument(size, ["1MiB", "1GiB"])
+    results = [evaluate(schedule, topo, s, model=model, pipeline=pipeline) for s in sizes]
+    if as_json:
+        print_json([r.to_dict() for r in results])
+        return
+    report = congestion(schedule, topo)
+    rows = [[format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}",
+             fmt_time(r.congestion_time_s)] for r in results]
+    console.print(table(f"{schedule.algorithm} {schedule.kind} on {topo.name} ({model} model)",
+                        ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound"], rows, {1, 2, 3, 4}))
+    busiest = ", ".join(f"{u}->{v}" for u, v, _ in report.busiest_links[:3])
+    console.print(f"busiest links: {busiest}")

@@ -1,0 +1,102 @@
+"""Helpers shared by the CLI commands: argument parsing, tables, JSON output, schedule files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from synth.errors import InputError
+from synth.library import load_topology
+from synth.schedule import Schedule
+from synth.topology import Topology
+from synth.units import parse_size
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, highlight=False)
+
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
+TOPOLOGY_HELP = "A topology file (.json/.yaml) or library name such as dgx-a100:boxes=2 (see `synth topologies`)."
+
+
+def topology_argument(spec: str) -> Topology:
+    """Load the topology a user named on the command line."""
+    return load_topology(spec)
+
+
+def sizes_argument(values: list[str] | None, default: list[str]) -> list[int]:
+    """Parse repeated ``--size`` options (with units)."""
+    return [parse_size(v, "--size") for v in (values or default)]
+
+
+def load_schedule(path: str) -> Schedule:
+    """Load a schedule file named on the command line."""
+    if not Path(path).exists():
+        raise InputError(path, "", "no such file")
+    return Schedule.from_file(path)
+
+
+def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topology:
+    """The topology to judge a schedule on: ``--topology`` if given, else the library entry it names."""
+    if spec:
+        return load_topology(spec)
+    try:
+        return load_topology(schedule.topology)
+    except InputError:
+        raise InputError(path, "topology", f"the schedule names topology {schedule.topology!r}, which is not in the "
+                         "library; pass --topology FILE") from None
+
+
+def print_json(data: Any) -> None:
+    """Print JSON to stdout (sorted keys off, stable order as built)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]], justify_right: set[int] | None = None) -> Table:
+    """A rich table with the given columns; numeric columns right-aligned."""
+    result = Table(title=title, show_lines=False, header_style="bold")
+    for index, column in enumerate(columns):
+        result.add_column(column, justify="right" if justify_right and index in justify_right else "left")
+    for row in rows:
+        result.add_row(*[str(cell) for cell in row])
+    return result
+
+
+def fmt_time(seconds: float) -> str:
+    """Seconds with a readable unit."""
+    if seconds == 0:
+        return "0"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds:.3f} s"
+
+
+def parse_options(items: list[str] | None) -> dict[str, Any]:
+    """Parse ``-O key=value`` algorithm options (ints, floats, booleans, comma lists)."""
+    options: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError("", "--option", f"expected key=value, got {item!r}")
+        options[key.replace("-", "_")] = _typed(value)
+    return options
+
+
+def _typed(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if "," in value:
+        return [_typed(v) for v in value.split(",") if v]
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value

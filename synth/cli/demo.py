@@ -1,0 +1,56 @@
+"""``synth demo``: the main job on an embedded default topology."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from synth.cli.common import JSON_OPTION, console, fmt_time, print_json, sizes_argument, table
+from synth.collectives import Kind
+from synth.compare import run_all
+from synth.errors import InputError
+from synth.library import load_topology
+from synth.units import format_size
+
+DEFAULT_TOPOLOGY = "dgx-a100:boxes=2"
+DEMO_KINDS = [Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.ALLTOALL]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``demo`` to ``app``."""
+    app.command("demo")(demo)
+
+
+def demo(
+    topology: Annotated[str, typer.Option("--topology", "-t", help="topology to run on")] = DEFAULT_TOPOLOGY,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message sizes (repeatable)")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Run every available algorithm for allgather, reduce-scatter, allreduce and alltoall on a 2-box
+    DGX A100, verify each schedule, and print time, algbw, busbw and the congestion bound per size."""
+    try:
+        topo = load_topology(topology)
+    except InputError:
+        if topology != DEFAULT_TOPOLOGY:
+            raise
+        topo = load_topology("switch:n=16")
+    sizes = sizes_argument(size, ["1MiB", "64MiB", "1GiB"])
+    with console.status("synthesizing and verifying...") as status:
+        rows, skipped, _ = run_all(topo, DEMO_KINDS, sizes, progress=lambda what: status.update(f"running {what}"))
+    if as_json:
+        print_json({"topology": topo.name, "rows": [r.to_dict() for r in rows],
+                    "skipped": [s.__dict__ for s in skipped]})
+        return
+    body = []
+    for r in rows:
+        percent = r.percent_of_bound
+        body.append([r.algorithm, r.collective, format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}",
+                     f"{r.busbw_GBps:.2f}", fmt_time(r.congestion_time_s),
+                     "-" if percent is None else f"{percent:.1f}%"])
+    console.print(table(f"synth demo: {topo.name} ({topo.num_ranks} gpus, {len(topo.switches)} switches), "
+                        "every schedule verified, flow model",
+                        ["algorithm", "collective", "size", "time", "algbw GB/s", "busbw GB/s",
+                         "congestion bound", "% of bound"], body, {2, 3, 4, 5, 6, 7}))
+    for s in skipped:
+        console.print(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")

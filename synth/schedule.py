@@ -1,0 +1,240 @@
+"""The schedule IR and its public JSON form, ``synth.schedule/1``.
+
+A schedule is a collective plus a tuple of transfers. One transfer moves one chunk from rank ``src``
+to rank ``dst`` along ``path`` (physical node ids, every hop a link), after the transfers in ``deps``
+have finished. ``op`` is ``copy`` (dst takes src's value of the chunk) or ``reduce`` (dst adds src's
+partial value into its own).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from synth.collectives import Collective, Kind, parse_kind
+from synth.errors import InputError
+from synth.topology import read_document
+
+FORMAT = "synth.schedule/1"
+COPY = "copy"
+REDUCE = "reduce"
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One chunk moved from rank ``src`` to rank ``dst`` along ``path`` after ``deps`` finish."""
+
+    id: int
+    src: int
+    dst: int
+    chunk: int
+    op: Literal["copy", "reduce"]
+    path: tuple[str, ...]
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A chunk-level schedule for one collective on one topology.
+
+    Transfer ids are 0..T-1 in tuple order (checked on construction), so ``transfers[i].id == i``.
+
+    Examples
+    --------
+    >>> from synth.collectives import Collective, Kind
+    >>> coll = Collective(Kind.BROADCAST, num_ranks=2, chunks=1, root=0)
+    >>> s = Schedule(coll, "pair", ("a", "b"), "manual", {}, (Transfer(0, 0, 1, 0, "copy", ("a", "b")),))
+    >>> Schedule.from_json(s.to_json()) == s
+    True
+    """
+
+    collective: Collective
+    topology: str
+    ranks: tuple[str, ...]
+    algorithm: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    transfers: tuple[Transfer, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.ranks) != self.collective.num_ranks:
+            raise InputError("", "ranks", f"{len(self.ranks)} ranks listed but the collective has "
+                             f"{self.collective.num_ranks}")
+        for index, transfer in enumerate(self.transfers):
+            if transfer.id != index:
+                raise InputError("", f"transfers.{index}.id", f"expected id {index} (ids are 0..T-1 in order), "
+                                 f"got {transfer.id}")
+
+    @property
+    def kind(self) -> Kind:
+        """The collective's kind."""
+        return self.collective.kind
+
+    @property
+    def chunks(self) -> int:
+        """Chunks per buffer (C)."""
+        return self.collective.chunks
+
+    # ---------------------------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        """The documented ``synth.schedule/1`` object."""
+        return {
+            "format": FORMAT,
+            "collective": self.collective.kind.value,
+            "root": self.collective.root,
+            "topology": self.topology,
+            "ranks": list(self.ranks),
+            "chunks": self.collective.chunks,
+            "algorithm": self.algorithm,
+            "params": _jsonable(self.params),
+            "transfers": [
+                {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op,
+                 "path": list(t.path), "deps": list(t.deps)}
+                for t in self.transfers
+            ],
+        }
+
+    def to_json(self) -> str:
+        """Deterministic JSON text: header fields indented, one transfer per line."""
+        data = self.to_dict()
+        transfers = data.pop("transfers")
+        head = json.dumps(data, indent=1, sort_keys=False)
+        lines = [json.dumps(t, separators=(",", ":")) for t in transfers]
+        body = ",\n  ".join(lines)
+        return head[:-2] + ',\n "transfers": [\n  ' + body + "\n ]\n}\n" if lines else \
+            head[:-2] + ',\n "transfers": []\n}\n'
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "") -> Schedule:
+        """Validate a parsed ``synth.schedule/1`` object; raises :class:`InputError` naming the field."""
+        if not isinstance(data, dict):
+            raise InputError(source, "", "expected a JSON object at the top level")
+        fmt = data.get("format")
+        if fmt != FORMAT:
+            raise InputError(source, "format", f"expected {FORMAT!r}, got {fmt!r}")
+        for name in ("collective", "topology", "ranks", "chunks", "transfers"):
+            if name not in data:
+                raise InputError(source, name, "missing required field")
+        kind = parse_kind(_expect(data, "collective", str, source), source)
+        ranks = data["ranks"]
+        if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
+            raise InputError(source, "ranks", "expected a list of gpu node ids (strings)")
+        chunks = _expect(data, "chunks", int, source)
+        root = data.get("root")
+        if root is not None and (isinstance(root, bool) or not isinstance(root, int)):
+            raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
+        try:
+            collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
+        except InputError as error:
+            raise InputError(source, error.field, error.problem) from None
+        params = data.get("params", {})
+        if not isinstance(params, dict):
+            raise InputError(source, "params", "expected an object")
+        algorithm = data.get("algorithm", "unknown")
+        if not isinstance(algorithm, str):
+            raise InputError(source, "algorithm", "expected a string")
+        topology = _expect(data, "topology", str, source)
+        raw = data["transfers"]
+        if not isinstance(raw, list):
+            raise InputError(source, "transfers", "expected a list")
+        n = len(ranks)
+        limit = collective.num_chunk_ids
+        transfers: list[Transfer] = []
+        for index, item in enumerate(raw):
+            where = f"transfers.{index}"
+            if not isinstance(item, dict):
+                raise InputError(source, where, "expected an object")
+            for name in ("src", "dst", "chunk", "path"):
+                if name not in item:
+                    raise InputError(source, f"{where}.{name}", "missing required field")
+            tid = item.get("id", index)
+            if not _is_int(tid) or tid != index:
+                raise InputError(source, f"{where}.id", f"expected {index} (ids are 0..T-1 in order), got {tid!r}")
+            src, dst, chunk = item["src"], item["dst"], item["chunk"]
+            for name, value, upper in (("src", src, n), ("dst", dst, n), ("chunk", chunk, limit)):
+                if not _is_int(value) or not 0 <= value < upper:
+                    raise InputError(source, f"{where}.{name}", f"expected an integer in 0..{upper - 1}, got {value!r}")
+            op = item.get("op", COPY)
+            if op not in (COPY, REDUCE):
+                raise InputError(source, f"{where}.op", f"expected 'copy' or 'reduce', got {op!r}")
+            path = item["path"]
+            if not isinstance(path, list) or len(path) < 2 or not all(isinstance(p, str) for p in path):
+                raise InputError(source, f"{where}.path", "expected a list of at least 2 node ids")
+            deps = item.get("deps", [])
+            if not isinstance(deps, list) or not all(_is_int(d) for d in deps):
+                raise InputError(source, f"{where}.deps", "expected a list of transfer ids")
+            for dep in deps:
+                if not 0 <= dep < len(raw):
+                    raise InputError(source, f"{where}.deps", f"unknown transfer id {dep}")
+            transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps)))
+        return cls(collective, topology, tuple(ranks), algorithm, params, tuple(transfers))
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "") -> Schedule:
+        """Parse JSON text in the ``synth.schedule/1`` format."""
+        from synth.topology import parse_json
+
+        return cls.from_dict(parse_json(text, source), source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Schedule:
+        """Load a schedule file; raises :class:`InputError` naming the file and field."""
+        return cls.from_dict(read_document(path), str(path))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _expect(data: dict[str, Any], name: str, kind: type, source: str) -> Any:
+    value = data[name]
+    if kind is int and not _is_int(value) or not isinstance(value, kind):
+        raise InputError(source, name, f"expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return str(value)
+
+
+class ScheduleBuilder:
+    """Accumulates transfers with automatic ids; algorithms use it to build schedules.
+
+    Examples
+    --------
+    >>> from synth.collectives import Collective, Kind
+    >>> b = ScheduleBuilder(Collective(Kind.BROADCAST, 2, 1, root=0), "pair", ("a", "b"), "manual")
+    >>> b.add(0, 1, 0, ("a", "b"))
+    0
+    >>> len(b.build().transfers)
+    1
+    """
+
+    def __init__(self, collective: Collective, topology: str, ranks: Iterable[str], algorithm: str,
+                 params: Mapping[str, Any] | None = None) -> None:
+        self.collective = collective
+        self.topology = topology
+        self.ranks = tuple(ranks)
+        self.algorithm = algorithm
+        self.params = dict(params or {})
+        self.transfers: list[Transfer] = []
+
+    def add(self, src: int, dst: int, chunk: int, path: Iterable[str], op: Literal["copy", "reduce"] = COPY,
+            deps: Iterable[int] = ()) -> int:
+        """Append a transfer and return its id; deps are de-duplicated and sorted."""
+        tid = len(self.transfers)
+        self.transfers.append(Transfer(tid, src, dst, chunk, op, tuple(path), tuple(sorted(set(deps)))))
+        return tid
+
+    def build(self) -> Schedule:
+        """The finished, immutable schedule."""
+        return Schedule(self.collective, self.topology, self.ranks, self.algorithm, self.params,
+                        tuple(self.transfers))

@@ -1,0 +1,455 @@
+"""The topology model: gpus, switches and directed links with bandwidth (GB/s) and latency (µs).
+
+A :class:`Topology` is immutable. Inside it is a frozen :class:`networkx.DiGraph` whose nodes carry
+``type`` (``"gpu"`` or ``"switch"``) and whose edges carry ``bandwidth`` (GB/s, 10^9 bytes/s, per
+direction) and ``latency`` (microseconds). Ranks are the gpus, numbered 0..N-1 in the order they are
+listed in the file.
+
+The file format (JSON or YAML) is documented in the README::
+
+    {"name": "pair", "nodes": [{"id": "g0", "type": "gpu"}, {"id": "g1", "type": "gpu"}],
+     "links": [{"src": "g0", "dst": "g1", "bandwidth": 25.0, "latency": 0.7}]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
+
+from synth.errors import InputError
+
+GPU = "gpu"
+SWITCH = "switch"
+
+#: Largest accepted link bandwidth in GB/s (1 PB/s): larger values are typos or overflow bait.
+MAX_BANDWIDTH = 1e6
+#: Largest accepted link latency in µs (1000 s).
+MAX_LATENCY = 1e9
+#: Largest accepted topology file, in bytes.
+MAX_FILE_BYTES = 32 * 1024 * 1024
+#: Largest accepted number of nodes.
+MAX_NODES = 200_000
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of a multi-dimensional (ASTRA-sim style) system: Ring, FullyConnected or Switch."""
+
+    kind: Literal["Ring", "FullyConnected", "Switch"]
+    size: int
+    bandwidth: float
+    latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class Link:
+    """One directed link after merging parallel links (bandwidths added)."""
+
+    src: str
+    dst: str
+    bandwidth: float
+    latency: float
+
+
+class _NodeModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: str
+    type: Literal["gpu", "switch"]
+    box: int | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _nonempty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a non-empty string")
+        return value
+
+
+def _finite_number(value: Any, what: str, lower: float, upper: float, strict_lower: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number ({what}), got {type(value).__name__} {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number ({what}), got {value!r}")
+    if number < lower or (strict_lower and number == lower):
+        bound = ">" if strict_lower else ">="
+        raise ValueError(f"expected a number {bound} {lower:g} ({what}), got {value!r}")
+    if number > upper:
+        raise ValueError(f"expected at most {upper:g} ({what}), got {value!r}")
+    return number
+
+
+class _LinkModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    src: str
+    dst: str
+    bandwidth: Any
+    latency: Any = 0.0
+    bidirectional: StrictBool = True
+
+    @field_validator("src", "dst", mode="before")
+    @classmethod
+    def _string(cls, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a node id string, got {value!r}")
+        return value
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _bandwidth(cls, value: Any) -> float:
+        return _finite_number(value, "GB/s per direction", 0.0, MAX_BANDWIDTH, strict_lower=True)
+
+    @field_validator("latency")
+    @classmethod
+    def _latency(cls, value: Any) -> float:
+        return _finite_number(value, "microseconds", 0.0, MAX_LATENCY, strict_lower=False)
+
+
+class _DimensionModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["Ring", "FullyConnected", "Switch"]
+    size: int
+    bandwidth: Any
+    latency: Any = 0.0
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("a dimension needs at least 2 npus")
+        return value
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _bandwidth(cls, value: Any) -> float:
+        return _finite_number(value, "GB/s per direction", 0.0, MAX_BANDWIDTH, strict_lower=True)
+
+    @field_validator("latency")
+    @classmethod
+    def _latency(cls, value: Any) -> float:
+        return _finite_number(value, "microseconds", 0.0, MAX_LATENCY, strict_lower=False)
+
+
+class _TopologyModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    nodes: list[_NodeModel]
+    links: list[_LinkModel]
+    dimensions: list[_DimensionModel] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _pydantic_message(error: ValidationError) -> tuple[str, str]:
+    first = error.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"])
+    msg = first["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field (check the spelling; see the README for the format)"
+    elif first["type"] == "missing":
+        msg = "missing required field"
+    return loc, msg
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """An immutable network: gpus (ranks), switches, and directed links.
+
+    Parameters
+    ----------
+    name : str
+        The topology's name (library name or the file's ``name``).
+    graph : networkx.DiGraph
+        Nodes with ``type``; edges with ``bandwidth`` (GB/s) and ``latency`` (µs). Frozen on creation.
+    gpus : tuple of str
+        Gpu node ids in rank order.
+    description : str
+        Free text.
+    boxes : tuple of int or None
+        Optional box (server) index per rank, used by hierarchical algorithms.
+    dimensions : tuple of Dimension or None
+        Optional multi-dimensional structure; rank = x0 + n0*(x1 + n1*x2 ...).
+
+    Examples
+    --------
+    >>> topo = Topology.from_dict({"name": "pair", "nodes": [{"id": "a", "type": "gpu"},
+    ...     {"id": "b", "type": "gpu"}], "links": [{"src": "a", "dst": "b", "bandwidth": 10}]})
+    >>> topo.num_ranks, topo.bandwidth("a", "b")
+    (2, 10.0)
+    """
+
+    name: str
+    graph: nx.DiGraph
+    gpus: tuple[str, ...]
+    description: str = ""
+    boxes: tuple[int, ...] | None = None
+    dimensions: tuple[Dimension, ...] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------------------------- building
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        gpus: list[str],
+        switches: list[str],
+        links: list[tuple[str, str, float, float] | tuple[str, str, float]],
+        *,
+        bidirectional: bool = True,
+        description: str = "",
+        boxes: list[int] | None = None,
+        dimensions: list[Dimension] | None = None,
+        source: str = "",
+    ) -> Topology:
+        """Build a topology from python lists: ``links`` are ``(src, dst, bandwidth[, latency])``."""
+        data = {
+            "name": name,
+            "description": description,
+            "nodes": [{"id": g, "type": GPU} for g in gpus] + [{"id": s, "type": SWITCH} for s in switches],
+            "links": [
+                {"src": link[0], "dst": link[1], "bandwidth": link[2],
+                 "latency": link[3] if len(link) > 3 else 0.0, "bidirectional": bidirectional}
+                for link in links
+            ],
+        }
+        if boxes is not None:
+            for node, box in zip(data["nodes"], boxes, strict=False):
+                node["box"] = box
+        if dimensions is not None:
+            data["dimensions"] = [
+                {"kind": d.kind, "size": d.size, "bandwidth": d.bandwidth, "latency": d.latency}
+                for d in dimensions
+            ]
+        return cls.from_dict(data, source=source or name)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "") -> Topology:
+        """Validate a parsed topology document and build the model; raises :class:`InputError`."""
+        if not isinstance(data, dict):
+            raise InputError(source, "", f"expected a JSON/YAML object at the top level, got {type(data).__name__}")
+        try:
+            model = _TopologyModel.model_validate(data)
+        except ValidationError as error:
+            loc, msg = _pydantic_message(error)
+            raise InputError(source, loc, msg) from None
+        if len(model.nodes) > MAX_NODES:
+            raise InputError(source, "nodes", f"{len(model.nodes)} nodes exceed the limit of {MAX_NODES}")
+
+        graph = nx.DiGraph()
+        gpus: list[str] = []
+        boxes: list[int | None] = []
+        for index, node in enumerate(model.nodes):
+            if node.id in graph:
+                raise InputError(source, f"nodes.{index}.id", f"duplicate node id {node.id!r}")
+            graph.add_node(node.id, type=node.type)
+            if node.type == GPU:
+                gpus.append(node.id)
+                boxes.append(node.box)
+        for index, link in enumerate(model.links):
+            for end in ("src", "dst"):
+                node_id = getattr(link, end)
+                if node_id not in graph:
+                    raise InputError(source, f"links.{index}.{end}", f"unknown node id {node_id!r}")
+            if link.src == link.dst:
+                raise InputError(source, f"links.{index}", f"self-loop on {link.src!r}")
+            pairs = [(link.src, link.dst)]
+            if link.bidirectional:
+                pairs.append((link.dst, link.src))
+            for u, v in pairs:
+                if graph.has_edge(u, v):
+                    edge = graph.edges[u, v]
+                    edge["bandwidth"] += link.bandwidth
+                    edge["latency"] = max(edge["latency"], link.latency)
+                else:
+                    graph.add_edge(u, v, bandwidth=link.bandwidth, latency=link.latency)
+        if len(gpus) < 2:
+            raise InputError(source, "nodes", f"expected at least 2 gpus, found {len(gpus)}")
+        _check_gpu_connectivity(graph, gpus, source)
+
+        box_tuple: tuple[int, ...] | None = None
+        if any(b is not None for b in boxes):
+            if any(b is None for b in boxes):
+                raise InputError(source, "nodes", "either every gpu has a 'box' or none does")
+            box_tuple = tuple(int(b) for b in boxes)  # type: ignore[arg-type]
+        dims: tuple[Dimension, ...] | None = None
+        if model.dimensions:
+            dims = tuple(
+                Dimension(kind=d.kind, size=d.size, bandwidth=d.bandwidth, latency=d.latency)
+                for d in model.dimensions
+            )
+            if math.prod(d.size for d in dims) != len(gpus):
+                raise InputError(source, "dimensions", f"product of sizes must equal the gpu count {len(gpus)}")
+        return cls(
+            name=model.name,
+            graph=nx.freeze(graph),
+            gpus=tuple(gpus),
+            description=model.description,
+            boxes=box_tuple,
+            dimensions=dims,
+            metadata=dict(model.metadata or {}),
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Topology:
+        """Load a topology from a ``.json``, ``.yaml`` or ``.yml`` file; raises :class:`InputError`."""
+        data = read_document(path)
+        return cls.from_dict(data, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented file form; each direction of a link is written as its own directed link."""
+        nodes: list[dict[str, Any]] = []
+        for rank, gpu in enumerate(self.gpus):
+            entry: dict[str, Any] = {"id": gpu, "type": GPU}
+            if self.boxes is not None:
+                entry["box"] = self.boxes[rank]
+            nodes.append(entry)
+        nodes.extend({"id": s, "type": SWITCH} for s in self.switches)
+        links = [
+            {"src": link.src, "dst": link.dst, "bandwidth": link.bandwidth, "latency": link.latency,
+             "bidirectional": False}
+            for link in self.links()
+        ]
+        data: dict[str, Any] = {"name": self.name, "description": self.description, "nodes": nodes, "links": links}
+        if self.dimensions:
+            data["dimensions"] = [
+                {"kind": d.kind, "size": d.size, "bandwidth": d.bandwidth, "latency": d.latency}
+                for d in self.dimensions
+            ]
+        if self.metadata:
+            data["metadata"] = dict(self.metadata)
+        return data
+
+    # --------------------------------------------------------------------------------- properties
+    @property
+    def num_ranks(self) -> int:
+        """Number of gpus (ranks)."""
+        return len(self.gpus)
+
+    @property
+    def ranks(self) -> range:
+        """Rank numbers 0..N-1."""
+        return range(len(self.gpus))
+
+    @cached_property
+    def switches(self) -> tuple[str, ...]:
+        """Switch node ids, in file order."""
+        return tuple(n for n, t in self.graph.nodes(data="type") if t == SWITCH)
+
+    @cached_property
+    def rank_of(self) -> Mapping[str, int]:
+        """Map from gpu node id to rank."""
+        return {gpu: rank for rank, gpu in enumerate(self.gpus)}
+
+    def is_gpu(self, node: str) -> bool:
+        """True when ``node`` is a gpu."""
+        return self.graph.nodes[node]["type"] == GPU
+
+    def has_link(self, src: str, dst: str) -> bool:
+        """True when a directed link ``src -> dst`` exists."""
+        return self.graph.has_edge(src, dst)
+
+    def bandwidth(self, src: str, dst: str) -> float:
+        """Bandwidth of the directed link in GB/s."""
+        return float(self.graph.edges[src, dst]["bandwidth"])
+
+    def exact_bandwidth(self, src: str, dst: str) -> Fraction:
+        """Bandwidth of the directed link in GB/s as an exact decimal Fraction (``12.5`` -> 25/2)."""
+        return Fraction(repr(self.bandwidth(src, dst)))
+
+    def latency(self, src: str, dst: str) -> float:
+        """Latency of the directed link in microseconds."""
+        return float(self.graph.edges[src, dst]["latency"])
+
+    def links(self) -> Iterator[Link]:
+        """Directed links in a deterministic order (file order of nodes, then of edges)."""
+        for src, dst, data in self.graph.edges(data=True):
+            yield Link(src, dst, float(data["bandwidth"]), float(data["latency"]))
+
+    def egress_bandwidth(self, node: str) -> float:
+        """Total outgoing bandwidth of a node in GB/s."""
+        return float(sum(d["bandwidth"] for _, _, d in self.graph.out_edges(node, data=True)))
+
+    def ingress_bandwidth(self, node: str) -> float:
+        """Total incoming bandwidth of a node in GB/s."""
+        return float(sum(d["bandwidth"] for _, _, d in self.graph.in_edges(node, data=True)))
+
+    def path_latency(self, path: tuple[str, ...] | list[str]) -> float:
+        """Sum of link latencies along a node path, in microseconds."""
+        return float(sum(self.graph.edges[u, v]["latency"] for u, v in zip(path, path[1:], strict=False)))
+
+    def __repr__(self) -> str:
+        return (f"Topology({self.name!r}, gpus={self.num_ranks}, switches={len(self.switches)}, "
+                f"links={self.graph.number_of_edges()})")
+
+
+def _check_gpu_connectivity(graph: nx.DiGraph, gpus: list[str], source: str) -> None:
+    first = gpus[0]
+    forward = nx.descendants(graph, first) | {first}
+    backward = nx.ancestors(graph, first) | {first}
+    for gpu in gpus[1:]:
+        if gpu not in forward:
+            raise InputError(source, "links", f"gpu {gpu!r} cannot be reached from gpu {first!r}")
+        if gpu not in backward:
+            raise InputError(source, "links", f"gpu {gpu!r} cannot reach gpu {first!r}")
+
+
+def read_document(path: str | Path) -> Any:
+    """Read a JSON or YAML document with size, encoding and syntax checks; raises :class:`InputError`."""
+    path = Path(path)
+    source = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
+    if not path.is_file():
+        raise InputError(source, "", "not a regular file")
+    if size > MAX_FILE_BYTES:
+        raise InputError(source, "", f"file is {size} bytes, more than the limit of {MAX_FILE_BYTES}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(source, "", f"not valid UTF-8 at byte {error.start}") from None
+    except OSError as error:
+        raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return parse_yaml(text, source)
+    return parse_json(text, source)
+
+
+def parse_json(text: str, source: str) -> Any:
+    """Parse JSON text, rejecting NaN/Infinity literals and excessive nesting with a clear message."""
+
+    def _reject_constant(name: str) -> None:
+        raise InputError(source, "", f"{name} is not allowed in JSON input")
+
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise InputError(source, "", f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise InputError(source, "", "JSON nesting is too deep") from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text safely (no python tags), with a clear message on errors."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise InputError(source, "", f"invalid YAML{where}: {getattr(error, 'problem', None) or error}") from None
+    except RecursionError:
+        raise InputError(source, "", "YAML nesting is too deep") from None
