@@ -12,6 +12,13 @@ from pathlib import Path
 from synth.errors import InputError
 
 
+def _default_mode() -> int:
+    """The permissions a plain ``open()`` would give a new file (0666 minus the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     target = Path(path)
@@ -24,6 +31,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temp, _default_mode())
         os.replace(temp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -48,6 +56,9 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     try:
         yield temp
         target.mkdir(exist_ok=True)
+        for item in sorted(temp.rglob("*")):
+            if item.is_file():
+                os.chmod(item, _default_mode())
         for item in sorted(temp.iterdir()):
             os.replace(item, target / item.name)
     finally:

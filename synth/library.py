@@ -1,22 +1,99 @@
 """The topology library: parametric builders and the named real systems, usable by name anywhere.
 
-A topology argument is a file path, a library name (``dgx-a100``), or a name with parameters
-(``dgx-a100:boxes=2``, ``torus:dims=4x4``). ``synth topologies`` lists them all.
+A topology argument is a file path, a library name (``dgx-a100``), a name with parameters
+(``dgx-a100:boxes=2``, ``torus:dims=4x4``), or the bare name of a file shipped in ``topologies/``
+(``dgx-a100-2box`` or ``dgx-a100-2box.json``). ``synth topologies`` lists them all.
+
+Spec syntax: ``name:key=value,key=value``. Values are booleans (``true``/``false``), numbers, lists of
+numbers joined by ``x`` (``dims=4x4x4``, ``bandwidths=450x50``), or lists of words joined by ``/``
+(``kinds=Switch/Switch``). Entry names use dashes, parameter names underscores.
+
+Every topology built here is named by its canonical spec: the entry name plus the parameters that
+differ from their defaults (``dgx-a100:boxes=2``, ``ring:n=4``, ``dgx1``). So a schedule, which records
+its topology's name, can always be checked against the topology it was made for.
+
+Units: bandwidth in GB/s (10^9 bytes/s) per direction, latency in microseconds per link (hop).
+
+Examples
+--------
+>>> load_topology("dgx-a100:boxes=2").num_ranks
+16
+>>> load_topology("torus:dims=4x4x4").name
+'torus:dims=4x4x4'
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import heapq
 import inspect
-from collections.abc import Callable
+import json
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from synth.errors import InputError
-from synth.topology import Topology
+from synth.topology import MAX_NODES, Dimension, Topology
 
 #: Folder of the shipped topology files (next to the package in a source checkout).
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
+
+#: Largest number of links a builder will create (each bidirectional link counts once).
+MAX_BUILD_LINKS = 2_000_000
+
+#: Shipped files: file stem in ``topologies/`` -> the library spec it is written from.
+SHIPPED_FILES: dict[str, str] = {
+    "dgx1": "dgx1",
+    "ndv2-2box": "ndv2:boxes=2",
+    "dgx2": "dgx2",
+    "dgx-a100": "dgx-a100",
+    "dgx-a100-2box": "dgx-a100:boxes=2",
+    "dgx-a100-4box": "dgx-a100:boxes=4",
+    "dgx-h100": "dgx-h100",
+    "dgx-h100-2box": "dgx-h100:boxes=2",
+    "mi250": "mi250",
+    "mi250-2box": "mi250:boxes=2",
+    "tpu-v4-4x4x4": "tpu-v4",
+    "bigraph-32": "bigraph",
+}
+
+# Link figures shared by the named systems (GB/s per direction, µs per hop); the docstrings cite them.
+NVLINK2_GBPS = 25.0  # one NVLink2 link (V100), per direction
+NVLINK_LATENCY_US = 0.3  # TACCL's profiled NVLink α on NDv2 (a direct gpu-gpu link)
+NVSWITCH_HOP_US = 0.7  # assumed per gpu<->NVSwitch hop (no public per-hop figure)
+PCIE_HOP_US = 0.3  # assumed gpu<->NIC hop
+IB_HOP_US = 1.0  # NIC<->IB switch hop: gpu-nic-switch-nic-gpu sums to TACCL's IB α of 2.6 µs
+XGMI_GBPS = 50.0  # one xGMI (Infinity Fabric) link of an MI250 GCD, per direction
+XGMI_LATENCY_US = 0.5  # assumed xGMI hop
+
+#: DGX-1 V100 NVLink pairs joined by two links (50 GB/s) and by one link (25 GB/s).
+DGX1_DOUBLE_PAIRS = ((0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7))
+DGX1_SINGLE_PAIRS = ((0, 1), (0, 2), (1, 3), (2, 6), (3, 7), (4, 5), (4, 6), (5, 7))
+
+#: MI250 (16 GCDs) xGMI link multiplicity: row i, column j = links between GCD i and GCD j.
+MI250_XGMI_LINKS = (
+    (0, 4, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0),
+    (4, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0),
+    (0, 0, 0, 4, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0),
+    (0, 0, 4, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0),
+    (2, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+    (0, 1, 0, 0, 4, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+    (0, 0, 1, 0, 1, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0),
+    (0, 0, 0, 2, 0, 1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+    (1, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 2, 0, 0, 0),
+    (0, 1, 1, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 1, 0, 0),
+    (0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 1, 0),
+    (0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 2),
+    (0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 4, 1, 0),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 4, 0, 1, 1),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 4),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 4, 0),
+)
+
+LinkSpec = tuple[str, str, float, float]
 
 
 @dataclass(frozen=True)
@@ -33,21 +110,32 @@ LIBRARY: dict[str, Entry] = {}
 
 
 def entry(name: str, summary: str, shipped: bool = False) -> Callable[[Callable[..., Topology]], Callable[..., Topology]]:
-    """Decorator that registers a builder under ``name``."""
+    """Decorator that registers a builder under ``name``.
+
+    The registered (and returned) function names every topology it builds by its canonical spec,
+    see :func:`spec_name`.
+    """
 
     def wrap(function: Callable[..., Topology]) -> Callable[..., Topology]:
-        LIBRARY[name] = Entry(name, function, summary, shipped)
-        return function
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def builder(*args: Any, **kwargs: Any) -> Topology:
+            arguments = signature.bind(*args, **kwargs).arguments
+            topology = function(*args, **kwargs)
+            return dataclasses.replace(topology, name=spec_name(name, signature, arguments))
+
+        LIBRARY[name] = Entry(name, builder, summary, shipped)
+        return builder
 
     return wrap
 
 
-def _parse_value(text: str) -> Any:
+# ------------------------------------------------------------------------------ spec strings
+def _parse_scalar(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    if "x" in lowered and all(part.isdigit() for part in lowered.split("x")):
-        return tuple(int(part) for part in lowered.split("x"))
     for cast in (int, float):
         try:
             return cast(text)
@@ -56,8 +144,62 @@ def _parse_value(text: str) -> Any:
     return text
 
 
+def _parse_value(text: str) -> Any:
+    if "/" in text:
+        return tuple(_parse_scalar(part.strip()) for part in text.split("/"))
+    if "x" in text.lower():
+        parts = [_parse_scalar(part) for part in text.lower().split("x")]
+        if all(isinstance(part, int | float) and not isinstance(part, bool) for part in parts):
+            return tuple(parts)
+    return _parse_scalar(text)
+
+
+def format_value(value: Any) -> str:
+    """A parameter value in spec syntax: ``(4, 4)`` -> ``4x4``, ``("Ring", "Switch")`` -> ``Ring/Switch``.
+
+    Examples
+    --------
+    >>> format_value((4, 4, 4)), format_value(12.5), format_value(True)
+    ('4x4x4', '12.5', 'true')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        parts = [format_value(v) for v in value]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        return ("x" if numeric and len(value) > 1 else "/").join(parts)
+    return str(value)
+
+
+def _normalized(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def spec_name(name: str, signature: inspect.Signature, arguments: dict[str, Any]) -> str:
+    """The canonical spec of a library topology: ``name`` plus the arguments that differ from defaults.
+
+    Examples
+    --------
+    >>> spec_name("torus", inspect.signature(torus), {"dims": (8, 8), "bandwidth": 50.0})
+    'torus:dims=8x8'
+    """
+    parts = []
+    for key, parameter in signature.parameters.items():
+        if key in arguments and _normalized(arguments[key]) != _normalized(parameter.default):
+            parts.append(f"{key}={format_value(arguments[key])}")
+    return f"{name}:{','.join(parts)}" if parts else name
+
+
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """Split ``name:key=value,key=value`` into the name and typed parameters."""
+    """Split ``name:key=value,key=value`` into the name and typed parameters.
+
+    Examples
+    --------
+    >>> parse_spec("multidim:kinds=Switch/Ring,sizes=8x4,bandwidths=400x12.5")
+    ('multidim', {'kinds': ('Switch', 'Ring'), 'sizes': (8, 4), 'bandwidths': (400, 12.5)})
+    """
     name, _, rest = spec.partition(":")
     params: dict[str, Any] = {}
     if rest:
@@ -87,12 +229,14 @@ def build(spec: str) -> Topology:
 
 
 def load_topology(spec: str | Path) -> Topology:
-    """Load a topology from a file path or a library spec.
+    """Load a topology from a file path, a library spec, or the name of a shipped file.
 
     Examples
     --------
     >>> load_topology("ring:n=4").num_ranks
     4
+    >>> load_topology("dgx1.json").name  # a shipped file, found in topologies/
+    'dgx1'
     """
     if isinstance(spec, Topology):
         return spec
@@ -101,10 +245,14 @@ def load_topology(spec: str | Path) -> Topology:
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
         if path.exists():
             return Topology.from_file(path)
-        shipped = TOPOLOGY_DIR / path.name
-        if not path.is_absolute() and shipped.exists() and path.parent == Path("."):
-            return Topology.from_file(shipped)
+        shipped_path = TOPOLOGY_DIR / path.name
+        if not path.is_absolute() and shipped_path.exists() and path.parent == Path("."):
+            return Topology.from_file(shipped_path)
         raise InputError(text, "", "no such file")
+    if ":" not in text and text not in LIBRARY and "/" not in text and text.strip():
+        shipped_path = TOPOLOGY_DIR / f"{text}.json"
+        if shipped_path.is_file():
+            return Topology.from_file(shipped_path)
     return build(text)
 
 
@@ -118,31 +266,681 @@ def shipped() -> list[str]:
     return [name for name, e in LIBRARY.items() if e.shipped]
 
 
-# ------------------------------------------------------------------------- parametric builders
+def shipped_files(folder: Path | None = None) -> list[tuple[str, str]]:
+    """Topology files in ``topologies/`` (or ``folder``) as ``(file name, library spec or "")``, sorted."""
+    folder = TOPOLOGY_DIR if folder is None else folder
+    if not folder.is_dir():
+        return []
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file())
+    return [(p.name, SHIPPED_FILES.get(p.stem, "") if p.suffix == ".json" else "") for p in files]
+
+
+# ------------------------------------------------------------------------------ file writing
+def _link_order(topology: Topology) -> list[tuple[str, str, bool]]:
+    """The links to write, as ``(src, dst, bidirectional)``, ordered so that loading them rebuilds the
+    graph exactly, down to each node's neighbour order (which fixes edge iteration order, and with it
+    every downstream result).
+
+    Loading inserts each link's directions in file order, so a link must come after every link that
+    precedes it in its ends' successor and predecessor orders: a topological sort. Merging both
+    directions into one bidirectional link can make the constraints cyclic; then every direction is
+    written on its own, which always has an order (the one the graph was built in).
+    """
+    graph = topology.graph
+    edges = list(graph.edges)
+    for merge in (True, False):
+        unit_of: dict[tuple[str, str], int] = {}
+        units: list[tuple[str, str, bool]] = []
+        for u, v in edges:
+            if (u, v) in unit_of:
+                continue
+            both = merge and graph.has_edge(v, u) and graph.edges[u, v] == graph.edges[v, u]
+            unit_of[(u, v)] = len(units)
+            if both:
+                unit_of[(v, u)] = len(units)
+            units.append((u, v, both))
+        after: list[set[int]] = [set() for _ in units]
+        for node in graph.nodes:
+            for chain in ([unit_of[(node, w)] for w in graph.successors(node)],
+                          [unit_of[(w, node)] for w in graph.predecessors(node)]):
+                for first, second in zip(chain, chain[1:], strict=False):
+                    if first != second:
+                        after[first].add(second)
+        waiting = [0] * len(units)
+        for followers in after:
+            for follower in followers:
+                waiting[follower] += 1
+        ready = [i for i, count in enumerate(waiting) if count == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            index = heapq.heappop(ready)
+            order.append(index)
+            for follower in after[index]:
+                waiting[follower] -= 1
+                if waiting[follower] == 0:
+                    heapq.heappush(ready, follower)
+        if len(order) == len(units):
+            return [units[i] for i in order]
+    raise AssertionError("directed links always have a build order")  # pragma: no cover
+
+
+def topology_json(topology: Topology) -> str:
+    """The topology in synth's documented file format, one node or link per line.
+
+    A pair of directed links with equal bandwidth and latency is written once (``bidirectional``
+    defaults to true) where the graph allows; other directed links get ``"bidirectional": false``.
+    Loading the text rebuilds the same graph, edge order included.
+
+    Examples
+    --------
+    >>> print(topology_json(load_topology("ring:n=2")))  # doctest: +NORMALIZE_WHITESPACE
+    {
+      "name": "ring:n=2",
+      "description": "2 gpus on a bidirectional ring, 50.0 GB/s and 0.5 us per link",
+      "nodes": [
+        {"id": "gpu0", "type": "gpu"},
+        {"id": "gpu1", "type": "gpu"}
+      ],
+      "links": [
+        {"src": "gpu0", "dst": "gpu1", "bandwidth": 50.0, "latency": 0.5}
+      ],
+      "dimensions": [
+        {"kind": "Ring", "size": 2, "bandwidth": 50.0, "latency": 0.5}
+      ]
+    }
+    """
+    data = topology.to_dict()
+    links: list[dict[str, Any]] = []
+    for src, dst, both in _link_order(topology):
+        item: dict[str, Any] = {"src": src, "dst": dst, "bandwidth": topology.bandwidth(src, dst),
+                                "latency": topology.latency(src, dst)}
+        if not both:
+            item["bidirectional"] = False
+        links.append(item)
+    data["links"] = links
+
+    def dump(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    lines = ["{"]
+    keys = list(data)
+    for index, key in enumerate(keys):
+        comma = "," if index < len(keys) - 1 else ""
+        value = data[key]
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"  {dump(key)}: [")
+            lines.extend(f"    {dump(v)}{',' if i < len(value) - 1 else ''}" for i, v in enumerate(value))
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {dump(key)}: {dump(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_shipped(folder: str | Path) -> list[Path]:
+    """Write every file of :data:`SHIPPED_FILES` into ``folder`` (atomically); returns the paths.
+
+    The files in ``topologies/`` are exactly this output (a test checks it byte for byte); regenerate
+    them with ``python -c "from synth.library import *; write_shipped(TOPOLOGY_DIR)"``.
+    """
+    from synth.fileio import atomic_write_text
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, spec in SHIPPED_FILES.items():
+        path = folder / f"{stem}.json"
+        atomic_write_text(path, topology_json(build(spec)))
+        written.append(path)
+    return written
+
+
+# ------------------------------------------------------------------------------ shared helpers
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
 
 
-@entry("ring", "n gpus on a bidirectional ring")
+def _count(value: Any, what: str, minimum: int) -> int:
+    """An integer parameter >= ``minimum``, with a clear error otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{what} must be at least {minimum}, got {value}")
+    if value > MAX_NODES:
+        raise ValueError(f"{what} must be at most {MAX_NODES}, got {value}")
+    return value
+
+
+def _positive(value: Any, what: str) -> float:
+    """A bandwidth: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive number of GB/s, got {value!r}")
+    return float(value)
+
+
+def _latency(value: Any, what: str) -> float:
+    """A latency: a finite number >= 0 (µs)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a number of microseconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _sizes(value: Any, what: str, lengths: Sequence[int] | None = None) -> tuple[int, ...]:
+    """A tuple of dimension sizes (each >= 2), e.g. ``(4, 4, 4)`` or ``4x4x4``."""
+    items = (value,) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise ValueError(f"{what} must be sizes like 4x4 or 4x4x4, got {value!r}")
+    sizes = tuple(_count(v, f"each size in {what}", 2) for v in items)
+    if lengths is not None and len(sizes) not in lengths:
+        expected = " or ".join(str(n) for n in lengths)
+        raise ValueError(f"{what} must have {expected} sizes, got {format_value(sizes)}")
+    return sizes
+
+
+def _limit(nodes: int, links: int) -> None:
+    if nodes > MAX_NODES:
+        raise ValueError(f"this would build {nodes} nodes, more than the limit of {MAX_NODES}")
+    if links > MAX_BUILD_LINKS:
+        raise ValueError(f"this would build {links} links, more than the limit of {MAX_BUILD_LINKS}")
+
+
+def _boxed(boxes: int, box: int, node: str) -> str:
+    """Node id inside a box: ``b1.gpu3`` on multi-box systems, plain ``gpu3`` on a single box."""
+    return f"b{box}.{node}" if boxes > 1 else node
+
+
+_KIND_ALIASES = {"ring": "Ring", "fullyconnected": "FullyConnected", "fc": "FullyConnected", "switch": "Switch"}
+
+
+def _product(
+    kinds: Sequence[str], sizes: Sequence[int], bandwidths: Sequence[float], latencies: Sequence[float], gpu: str,
+) -> tuple[list[str], list[str], list[LinkSpec], list[Dimension]]:
+    """Gpus, switches, links and dimensions of a product of Ring/FullyConnected/Switch dimensions.
+
+    Rank = x0 + n0*(x1 + n1*x2 ...). Each dimension d joins the p_d ranks that differ only in x_d (a
+    group): a Ring links neighbours (one link when p_d = 2), a FullyConnected links every pair, and a
+    Switch gets its own switch node ``dim{d}.sw{g}`` per group, every member linked to it.
+    """
+    total = math.prod(sizes)
+    estimated = 0
+    for kind, p in zip(kinds, sizes, strict=True):
+        per_group = {"Ring": p if p > 2 else 1, "FullyConnected": p * (p - 1) // 2, "Switch": p}[kind]
+        estimated += per_group * (total // p)
+    switch_count = sum(total // p for kind, p in zip(kinds, sizes, strict=True) if kind == "Switch")
+    _limit(total + switch_count, estimated)
+    gpus = [f"{gpu}{r}" for r in range(total)]
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    stride = 1
+    for d, (kind, p, bw, lat) in enumerate(zip(kinds, sizes, bandwidths, latencies, strict=True)):
+        bases = [r for r in range(total) if (r // stride) % p == 0]
+        for g, base in enumerate(bases):
+            members = [gpus[base + i * stride] for i in range(p)]
+            if kind == "Ring":
+                links.extend((members[i], members[(i + 1) % p], bw, lat) for i in range(p if p > 2 else 1))
+            elif kind == "FullyConnected":
+                links.extend((members[i], members[j], bw, lat) for i in range(p) for j in range(i + 1, p))
+            else:
+                hub = f"dim{d}.sw{g}"
+                switches.append(hub)
+                links.extend((m, hub, bw, lat) for m in members)
+        stride *= p
+    dims = [Dimension(kind, p, bw, lat)  # type: ignore[arg-type]
+            for kind, p, bw, lat in zip(kinds, sizes, bandwidths, latencies, strict=True)]
+    return gpus, switches, links, dims
+
+
+def _per_dimension(value: Any, count: int, what: str, convert: Callable[[Any, str], float]) -> tuple[float, ...]:
+    items = value if isinstance(value, list | tuple) else (value,) * count
+    if len(items) != count:
+        raise ValueError(f"{what} must give one value per dimension ({count}), got {format_value(items)}")
+    return tuple(convert(v, f"each of {what}") for v in items)
+
+
+# ------------------------------------------------------------------------- parametric builders
+@entry("ring", "n gpus on a bidirectional ring (ASTRA-sim Ring)")
 def ring(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
-    _check(n >= 2, "n must be at least 2")
-    gpus = [f"gpu{i}" for i in range(n)]
-    links = [(gpus[i], gpus[(i + 1) % n], bandwidth, latency) for i in range(n if n > 2 else 1)]
-    return Topology.build(f"ring-{n}", gpus, [], links, description=f"{n} gpus on a ring")
+    """``n`` gpus on a bidirectional ring: gpu i linked to gpu i+1 mod n.
+
+    Examples
+    --------
+    >>> ring(n=4).graph.number_of_edges()  # 4 links, both directions
+    8
+    """
+    n = _count(n, "n", 2)
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    gpus, switches, links, dims = _product(["Ring"], [n], [bandwidth], [latency], "gpu")
+    return Topology.build("ring", gpus, switches, links, dimensions=dims,
+                          description=f"{n} gpus on a bidirectional ring, {bandwidth} GB/s and {latency} us per link")
 
 
-@entry("fully_connected", "n gpus, a direct link between every pair")
+@entry("fully-connected", "n gpus, a direct link between every pair (ASTRA-sim FullyConnected)")
 def fully_connected(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
-    _check(n >= 2, "n must be at least 2")
-    gpus = [f"gpu{i}" for i in range(n)]
-    links = [(gpus[i], gpus[j], bandwidth, latency) for i in range(n) for j in range(i + 1, n)]
-    return Topology.build(f"fully-connected-{n}", gpus, [], links, description=f"{n} gpus fully connected")
+    """``n`` gpus with a direct link between every pair.
+
+    Examples
+    --------
+    >>> fully_connected(n=4).graph.number_of_edges()  # 6 pairs, both directions
+    12
+    """
+    n = _count(n, "n", 2)
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    gpus, switches, links, dims = _product(["FullyConnected"], [n], [bandwidth], [latency], "gpu")
+    return Topology.build("fully-connected", gpus, switches, links, dimensions=dims,
+                          description=f"{n} gpus fully connected, {bandwidth} GB/s and {latency} us per link")
 
 
-@entry("switch", "n gpus on one switch")
+@entry("switch", "n gpus on one switch (ASTRA-sim Switch)")
 def switch(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
-    _check(n >= 2, "n must be at least 2")
+    """``n`` gpus each linked to one switch node ``sw0`` (``bandwidth`` per gpu link).
+
+    Examples
+    --------
+    >>> switch(n=4).switches
+    ('sw0',)
+    """
+    n = _count(n, "n", 2)
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
     gpus = [f"gpu{i}" for i in range(n)]
     links = [(g, "sw0", bandwidth, latency) for g in gpus]
-    return Topology.build(f"switch-{n}", gpus, ["sw0"], links, description=f"{n} gpus on one switch")
+    return Topology.build("switch", gpus, ["sw0"], links, dimensions=[Dimension("Switch", n, bandwidth, latency)],
+                          description=f"{n} gpus on one switch, {bandwidth} GB/s and {latency} us per gpu link")
+
+
+@entry("torus", "2D/3D torus with wrap-around links (a product of Ring dimensions)")
+def torus(dims: tuple[int, ...] = (4, 4), bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
+    """A torus of ``dims`` (e.g. ``4x4`` or ``4x4x4``), wrap-around in every dimension.
+
+    Rank = x + nx*(y + ny*z); gpu ``gpu{rank}`` links to its ±1 neighbours in every dimension (a
+    dimension of size 2 has a single link). ``dimensions`` records one Ring per axis.
+
+    Examples
+    --------
+    >>> t = torus(dims=(4, 4))
+    >>> t.num_ranks, t.graph.out_degree("gpu0")
+    (16, 4)
+    """
+    sizes = _sizes(dims, "dims")
+    _check(len(sizes) >= 2, f"dims must have at least 2 sizes (use ring for one), got {format_value(sizes)}")
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    k = len(sizes)
+    gpus, switches, links, dimensions = _product(["Ring"] * k, sizes, [bandwidth] * k, [latency] * k, "gpu")
+    shape = "x".join(map(str, sizes))
+    return Topology.build("torus", gpus, switches, links, dimensions=dimensions,
+                          description=f"{shape} torus with wrap-around, {bandwidth} GB/s and {latency} us per link")
+
+
+@entry("hypercube", "2^d gpus, gpu i linked to every i XOR 2^k")
+def hypercube(d: int = 3, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
+    """A ``d``-dimensional hypercube: 2^d gpus, gpu i linked to gpu i XOR 2^k for each k < d.
+
+    Examples
+    --------
+    >>> h = hypercube(d=3)
+    >>> h.num_ranks, h.graph.out_degree("gpu0")
+    (8, 3)
+    """
+    d = _count(d, "d", 1)
+    _check(2**d <= MAX_NODES, f"d must be at most {int(math.log2(MAX_NODES))}, got {d}")
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    gpus, switches, links, dims = _product(["FullyConnected"] * d, [2] * d, [bandwidth] * d, [latency] * d, "gpu")
+    return Topology.build("hypercube", gpus, switches, links, dimensions=dims,
+                          description=f"{d}-dimensional hypercube of {2**d} gpus, {bandwidth} GB/s per link")
+
+
+@entry("leaf-spine", "2-tier fat-tree: gpus on leaf switches, every leaf linked to every spine")
+def leaf_spine(
+    leaves: int = 4,
+    gpus_per_leaf: int = 4,
+    spines: int = 2,
+    bandwidth: float = 25.0,
+    uplink_bandwidth: float | None = None,
+    latency: float = 0.5,
+) -> Topology:
+    """A 2-tier leaf-spine (folded Clos, fat-tree) network.
+
+    Gpu ``gpu{r}`` (r = leaf*gpus_per_leaf + i) links to ``leaf{leaf}`` at ``bandwidth``; every leaf
+    links to every ``spine{s}`` at ``uplink_bandwidth``, which defaults to non-blocking
+    (gpus_per_leaf * bandwidth / spines); a smaller value oversubscribes the uplinks.
+
+    Examples
+    --------
+    >>> t = leaf_spine(leaves=2, gpus_per_leaf=2, spines=2)
+    >>> t.num_ranks, t.bandwidth("leaf0", "spine1")
+    (4, 25.0)
+    """
+    leaves = _count(leaves, "leaves", 1)
+    gpus_per_leaf = _count(gpus_per_leaf, "gpus_per_leaf", 1)
+    spines = _count(spines, "spines", 1)
+    _check(leaves * gpus_per_leaf >= 2, "leaves * gpus_per_leaf must be at least 2")
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    uplink = gpus_per_leaf * bandwidth / spines if uplink_bandwidth is None else _positive(uplink_bandwidth,
+                                                                                           "uplink_bandwidth")
+    _limit(leaves * gpus_per_leaf + leaves + spines, leaves * gpus_per_leaf + leaves * spines)
+    gpus = [f"gpu{r}" for r in range(leaves * gpus_per_leaf)]
+    leaf_ids = [f"leaf{i}" for i in range(leaves)]
+    spine_ids = [f"spine{s}" for s in range(spines)]
+    links: list[LinkSpec] = [(gpus[r], leaf_ids[r // gpus_per_leaf], bandwidth, latency) for r in range(len(gpus))]
+    links += [(leaf, spine, uplink, latency) for leaf in leaf_ids for spine in spine_ids]
+    return Topology.build(
+        "leaf-spine", gpus, leaf_ids + spine_ids, links,
+        description=f"leaf-spine: {leaves} leaves x {gpus_per_leaf} gpus ({bandwidth} GB/s each), "
+                    f"{spines} spines, {uplink:g} GB/s per leaf-spine link")
+
+
+@entry("multidim", "ASTRA-sim style product of Ring/FullyConnected/Switch dimensions")
+def multidim(
+    kinds: tuple[str, ...] = ("Switch", "Switch"),
+    sizes: tuple[int, ...] = (8, 2),
+    bandwidths: tuple[float, ...] = (400.0, 50.0),
+    latencies: tuple[float, ...] = (0.93625, 2.6),
+) -> Topology:
+    """A multi-dimensional system as ASTRA-sim describes it: dimension d is a Ring, FullyConnected or
+    Switch of ``sizes[d]`` npus with its own per-link bandwidth (GB/s) and latency (µs per hop).
+
+    Rank = x0 + n0*(x1 + n1*x2 ...). Each Switch dimension gets one switch node per group
+    (``dim{d}.sw{g}``). The default is the ASTRA-sim HGX-H100 example (Switch of 8 at 400 GB/s and
+    936.25 ns) with a scale-out Switch over 2 boxes. Spec form:
+    ``multidim:kinds=Switch/Ring,sizes=8x4,bandwidths=400x25,latencies=0.9x1.3``; a single bandwidth
+    or latency applies to every dimension.
+
+    Examples
+    --------
+    >>> t = multidim(kinds=("Ring", "Switch"), sizes=(4, 2), bandwidths=(50, 25), latencies=0.5)
+    >>> t.num_ranks, t.switches, [d.kind for d in t.dimensions]
+    (8, ('dim1.sw0', 'dim1.sw1', 'dim1.sw2', 'dim1.sw3'), ['Ring', 'Switch'])
+    """
+    size_tuple = _sizes(sizes, "sizes")
+    count = len(size_tuple)
+    kind_items = kinds if isinstance(kinds, list | tuple) else (kinds,) * count
+    if len(kind_items) != count:
+        raise ValueError(f"kinds must give one kind per dimension ({count}), got {format_value(kind_items)}")
+    kind_tuple = []
+    for kind in kind_items:
+        canonical = _KIND_ALIASES.get(str(kind).lower().replace("-", "").replace("_", ""))
+        if canonical is None:
+            raise ValueError(f"each kind must be Ring, FullyConnected or Switch, got {kind!r}")
+        kind_tuple.append(canonical)
+    bandwidth_tuple = _per_dimension(bandwidths, count, "bandwidths", _positive)
+    latency_tuple = _per_dimension(latencies, count, "latencies", _latency)
+    gpus, switches, links, dims = _product(kind_tuple, size_tuple, bandwidth_tuple, latency_tuple, "gpu")
+    shape = " x ".join(f"{k}({p}, {b:g} GB/s)" for k, p, b in zip(kind_tuple, size_tuple, bandwidth_tuple, strict=True))
+    return Topology.build("multidim", gpus, switches, links, dimensions=dims,
+                          description=f"multi-dimensional system: {shape}")
+
+
+# ------------------------------------------------------------------------------ named systems
+def _dgx1_box(boxes: int, box: int) -> tuple[list[str], list[LinkSpec]]:
+    gpus = [_boxed(boxes, box, f"gpu{i}") for i in range(8)]
+    links: list[LinkSpec] = [(gpus[a], gpus[b], 2 * NVLINK2_GBPS, NVLINK_LATENCY_US) for a, b in DGX1_DOUBLE_PAIRS]
+    links += [(gpus[a], gpus[b], NVLINK2_GBPS, NVLINK_LATENCY_US) for a, b in DGX1_SINGLE_PAIRS]
+    links.sort(key=lambda link: (gpus.index(link[0]), gpus.index(link[1])))
+    return gpus, links
+
+
+def _box_count(boxes: Any) -> int:
+    return _count(boxes, "boxes", 1)
+
+
+@entry("dgx1", "NVIDIA DGX-1 (V100): 8 gpus, hybrid cube-mesh NVLink2", shipped=True)
+def dgx1() -> Topology:
+    """NVIDIA DGX-1 with V100: 8 gpus and their NVLink2 hybrid cube-mesh, no switches.
+
+    Sources: 6 NVLink2 ports per gpu at 25 GB/s per direction (NVIDIA DGX-1 V100 system architecture);
+    the 8 pairs joined by two links get 50 GB/s, the 8 single-link pairs 25 GB/s, the other 12 pairs
+    none (PCIe is left out). Latency 0.3 µs per link: TACCL's profiled NVLink α on NDv2.
+
+    Examples
+    --------
+    >>> dgx1().graph.number_of_edges()  # 16 gpu pairs, both directions
+    32
+    """
+    gpus, links = _dgx1_box(1, 0)
+    return Topology.build("dgx1", gpus, [], links,
+                          description="NVIDIA DGX-1 V100: 8 gpus, NVLink2 hybrid cube-mesh, 25 GB/s per link "
+                                      "(50 GB/s on double links)")
+
+
+@entry("ndv2", "Azure NDv2: DGX-1 boxes, one 12.5 GB/s IB NIC per box, one IB switch", shipped=True)
+def ndv2(boxes: int = 2) -> Topology:
+    """Azure NDv2: ``boxes`` DGX-1 V100 boxes joined by InfiniBand.
+
+    Each box is a DGX-1 (see :func:`dgx1`) plus one 100 Gb/s IB NIC (12.5 GB/s), a switch node
+    ``b{k}.nic`` that every gpu of the box reaches over PCIe (12.5 GB/s, 0.3 µs assumed); all NICs
+    link to one IB switch ``ib`` at 12.5 GB/s and 1.0 µs, so gpu-to-gpu across boxes pays TACCL's
+    profiled IB α of 2.6 µs. The 2-box allgather bound of this model is 25 GB/s (the box cut). With
+    ``boxes=1`` it is a DGX-1 without the NIC.
+
+    Examples
+    --------
+    >>> t = ndv2(boxes=2)
+    >>> t.num_ranks, t.boxes[8], t.bandwidth("b0.nic", "ib")
+    (16, 1, 12.5)
+    """
+    boxes = _box_count(boxes)
+    gpus: list[str] = []
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    for box in range(boxes):
+        box_gpus, box_links = _dgx1_box(boxes, box)
+        gpus += box_gpus
+        links += box_links
+        if boxes > 1:
+            nic = f"b{box}.nic"
+            switches.append(nic)
+            links += [(g, nic, 12.5, PCIE_HOP_US) for g in box_gpus]
+            links.append((nic, "ib", 12.5, IB_HOP_US))
+    if boxes > 1:
+        switches.append("ib")
+    return Topology.build(
+        "ndv2", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"Azure NDv2, {boxes} DGX-1 V100 box(es): NVLink2 cube-mesh per box"
+                    + (", one 12.5 GB/s IB NIC per box, all NICs on one IB switch" if boxes > 1 else ""))
+
+
+def _switch_box_system(
+    boxes: int, gpus_per_box: int, gpu_bandwidth: float, nic_bandwidth: float, rail_of: Callable[[int], str],
+) -> tuple[list[str], list[str], list[LinkSpec]]:
+    """Boxes of gpus on one NVSwitch node each; with several boxes, gpu i has its own NIC ``b{k}.nic{i}``
+    (``nic_bandwidth`` both ways) linked to the IB switch ``rail_of(i)``."""
+    gpus: list[str] = []
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    for box in range(boxes):
+        nvs = _boxed(boxes, box, "nvs")
+        box_gpus = [_boxed(boxes, box, f"gpu{i}") for i in range(gpus_per_box)]
+        gpus += box_gpus
+        switches.append(nvs)
+        links += [(g, nvs, gpu_bandwidth, NVSWITCH_HOP_US) for g in box_gpus]
+        if boxes > 1:
+            for i, g in enumerate(box_gpus):
+                nic = f"b{box}.nic{i}"
+                switches.append(nic)
+                links.append((g, nic, nic_bandwidth, PCIE_HOP_US))
+                links.append((nic, rail_of(i), nic_bandwidth, IB_HOP_US))
+    if boxes > 1:
+        switches += sorted({rail_of(i) for i in range(gpus_per_box)}, key=lambda s: (len(s), s))
+    return gpus, switches, links
+
+
+@entry("dgx2", "NVIDIA DGX-2: 16 V100 on an NVSwitch fabric (150 GB/s per gpu); boxes share one IB switch",
+       shipped=True)
+def dgx2(boxes: int = 1) -> Topology:
+    """NVIDIA DGX-2: 16 V100 gpus per box on 12 NVSwitches, modelled as one switch node ``nvs``.
+
+    Sources: 6 NVLink2 per gpu into the switch fabric = 150 GB/s per gpu (NVIDIA DGX-2 documentation);
+    0.7 µs per gpu-NVSwitch hop (assumed). With several boxes: 8 x 100 Gb/s IB NICs per box
+    (12.5 GB/s each), NIC j shared by gpus 2j and 2j+1 over PCIe (12.5 GB/s per gpu, 0.3 µs assumed),
+    every NIC on one IB switch ``ib`` (12.5 GB/s, 1.0 µs; 2.6 µs gpu to gpu as in TACCL's IB profile).
+
+    Examples
+    --------
+    >>> dgx2().egress_bandwidth("gpu0")
+    150.0
+    """
+    boxes = _box_count(boxes)
+    gpus: list[str] = []
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    for box in range(boxes):
+        nvs = _boxed(boxes, box, "nvs")
+        box_gpus = [_boxed(boxes, box, f"gpu{i}") for i in range(16)]
+        gpus += box_gpus
+        switches.append(nvs)
+        links += [(g, nvs, 6 * NVLINK2_GBPS, NVSWITCH_HOP_US) for g in box_gpus]
+        if boxes > 1:
+            for j in range(8):
+                nic = f"b{box}.nic{j}"
+                switches.append(nic)
+                links += [(box_gpus[2 * j + s], nic, 12.5, PCIE_HOP_US) for s in (0, 1)]
+                links.append((nic, "ib", 12.5, IB_HOP_US))
+    if boxes > 1:
+        switches.append("ib")
+    return Topology.build(
+        "dgx2", gpus, switches, links, boxes=[r // 16 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX-2, {boxes} box(es): 16 V100 per box on one NVSwitch node, 150 GB/s per gpu"
+                    + ("; 8 x 12.5 GB/s IB NICs per box on one IB switch" if boxes > 1 else ""))
+
+
+@entry("dgx-a100", "NVIDIA DGX A100: 8 A100 on NVSwitch (300 GB/s); per-gpu 25 GB/s NICs on 2 rail planes",
+       shipped=True)
+def dgx_a100(boxes: int = 1, nic_bandwidth: float = 25.0) -> Topology:
+    """NVIDIA DGX A100 (Azure NDv4 alike): 8 A100 per box on an NVSwitch fabric (one node ``nvs``).
+
+    Sources: 12 NVLink3 per gpu = 300 GB/s per gpu to the switch (NVIDIA DGX A100 documentation),
+    0.7 µs per gpu-NVSwitch hop (assumed). With several boxes: one 200 Gb/s HDR NIC per gpu (25 GB/s),
+    gpu i to its own NIC switch node ``b{k}.nic{i}`` (25 GB/s, 0.3 µs assumed); even-numbered NICs on
+    IB switch plane ``rail0``, odd-numbered on ``rail1`` (25 GB/s, 1.0 µs; 2.6 µs gpu to gpu, TACCL's
+    IB α). The optimal allgather algbw of this model is 342.86 GB/s on 1 box (300*8/7), 346.67 on 2
+    boxes (a gpu cut: 16*325/15) and 266.67 on 4 (a box cut: 32*200/24). ``nic_bandwidth`` (GB/s) sets
+    the gpu-NIC and NIC-rail links, for what-if sweeps over NIC generations.
+
+    Examples
+    --------
+    >>> t = dgx_a100(boxes=2)
+    >>> t.num_ranks, len(t.switches), t.bandwidth("b1.gpu3", "b1.nic3"), t.has_link("b1.nic3", "rail1")
+    (16, 20, 25.0, True)
+    """
+    boxes = _box_count(boxes)
+    nic_bandwidth = _positive(nic_bandwidth, "nic_bandwidth")
+    gpus, switches, links = _switch_box_system(boxes, 8, 300.0, nic_bandwidth, lambda i: f"rail{i % 2}")
+    return Topology.build(
+        "dgx-a100", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX A100, {boxes} box(es): 8 A100 per box on one NVSwitch node, 300 GB/s per gpu"
+                    + (f"; one {nic_bandwidth:g} GB/s HDR NIC per gpu, even NICs on IB plane rail0, odd on rail1"
+                       if boxes > 1 else ""))
+
+
+@entry("dgx-h100", "NVIDIA DGX H100: 8 H100 on NVSwitch (450 GB/s); 50 GB/s NIC per gpu, rail-optimized",
+       shipped=True)
+def dgx_h100(boxes: int = 1) -> Topology:
+    """NVIDIA DGX H100: 8 H100 per box on NVSwitch gen3 (one node ``nvs``), rail-optimized scale-out.
+
+    Sources: 18 NVLink4 per gpu = 450 GB/s per gpu (NVIDIA DGX H100 documentation), 0.7 µs per
+    gpu-NVSwitch hop (assumed). With several boxes: one 400 Gb/s NIC per gpu (50 GB/s), gpu i to its
+    own NIC ``b{k}.nic{i}`` (50 GB/s, 0.3 µs assumed), NIC i of every box on rail switch ``rail{i}``
+    (50 GB/s, 1.0 µs; 2.6 µs gpu to gpu, TACCL's IB α).
+
+    Examples
+    --------
+    >>> t = dgx_h100(boxes=2)
+    >>> t.num_ranks, t.has_link("b0.nic5", "rail5"), t.bandwidth("b0.gpu0", "b0.nvs")
+    (16, True, 450.0)
+    """
+    boxes = _box_count(boxes)
+    gpus, switches, links = _switch_box_system(boxes, 8, 450.0, 50.0, lambda i: f"rail{i}")
+    return Topology.build(
+        "dgx-h100", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX H100, {boxes} box(es): 8 H100 per box on one NVSwitch node, 450 GB/s per gpu"
+                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""))
+
+
+@entry("mi250", "AMD MI250 box: 16 GCDs on xGMI (50 GB/s links, 4/2/1 per pair); boxes on one IB switch",
+       shipped=True)
+def mi250(boxes: int = 1) -> Topology:
+    """AMD MI250 boxes: 16 GCDs each, joined by xGMI (Infinity Fabric) links of 50 GB/s.
+
+    Sources: the per-pair link multiplicity :data:`MI250_XGMI_LINKS` (4, 2 or 1 links; 7 link units
+    per GCD) as used in multi-box MI250 studies; 0.5 µs per xGMI link (assumed). With several boxes
+    every GCD links at 16 GB/s to one shared IB switch ``ib`` (1.3 µs per hop, so 2.6 µs GCD to GCD as
+    TACCL's IB α). The optimal allgather algbw of this model is 342.86 GB/s on 1 box and 354.13 on
+    2 boxes (the bottleneck is a pair of GCDs joined by 4 links: 32*332/30).
+
+    Examples
+    --------
+    >>> t = mi250()
+    >>> t.bandwidth("gcd0", "gcd1"), t.egress_bandwidth("gcd0")
+    (200.0, 350.0)
+    """
+    boxes = _box_count(boxes)
+    gcds: list[str] = []
+    links: list[LinkSpec] = []
+    for box in range(boxes):
+        ids = [_boxed(boxes, box, f"gcd{i}") for i in range(16)]
+        gcds += ids
+        for i in range(16):
+            for j in range(i + 1, 16):
+                if MI250_XGMI_LINKS[i][j]:
+                    links.append((ids[i], ids[j], MI250_XGMI_LINKS[i][j] * XGMI_GBPS, XGMI_LATENCY_US))
+        if boxes > 1:
+            links += [(g, "ib", 16.0, 1.3) for g in ids]
+    return Topology.build(
+        "mi250", gcds, ["ib"] if boxes > 1 else [], links,
+        boxes=[r // 16 for r in range(len(gcds))] if boxes > 1 else None,
+        description=f"AMD MI250, {boxes} box(es) of 16 GCDs on xGMI (50 GB/s per link, 4/2/1 links per pair)"
+                    + ("; every GCD 16 GB/s to one IB switch" if boxes > 1 else ""))
+
+
+@entry("tpu-v4", "Google TPU v4 slice: 3D torus of chips, ~45 GB/s per ICI link", shipped=True)
+def tpu_v4(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = 45.0, latency: float = 1.0) -> Topology:
+    """A Google TPU v4 slice: chips ``tpu{rank}`` on a 3D torus with wrap-around (rank = x + X*(y + Y*z)).
+
+    Sources: 4x4x4 cubes joined by optical circuit switches into AxBxC tori (Google's TPU v4 paper);
+    roughly 45-50 GB/s per ICI link per direction, derived from published pod figures (not a
+    datasheet), so 45 GB/s here; 1.0 µs per hop is an assumption.
+
+    Examples
+    --------
+    >>> t = tpu_v4()
+    >>> t.num_ranks, t.graph.out_degree("tpu0")
+    (64, 6)
+    """
+    sizes = _sizes(dims, "dims", lengths=(3,))
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    gpus, switches, links, dimensions = _product(["Ring"] * 3, sizes, [bandwidth] * 3, [latency] * 3, "tpu")
+    shape = "x".join(map(str, sizes))
+    return Topology.build("tpu-v4", gpus, switches, links, dimensions=dimensions,
+                          description=f"Google TPU v4 {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")
+
+
+@entry("bigraph", "EFLOPS BiGraph: two switch layers, complete bipartite, hosts on every switch", shipped=True)
+def bigraph(upper: int = 4, lower: int = 4, hosts_per_switch: int = 4, bandwidth: float = 12.5,
+            latency: float = 1.0) -> Topology:
+    """Alibaba EFLOPS BiGraph (HPCA 2020): upper-layer switches ``up{i}`` each linked to every
+    lower-layer switch ``low{j}`` (no links inside a layer), ``hosts_per_switch`` hosts on every switch.
+
+    Hosts are ``gpu{r}``, numbered switch by switch (upper layer first). Switch hops between hosts:
+    same switch 1, opposite layer 2, same layer 3. The default is the common 32-host size (4+4 switches,
+    4 hosts each). 12.5 GB/s (100 Gb/s) and 1.0 µs per link are assumptions (parameters).
+
+    Examples
+    --------
+    >>> t = bigraph()
+    >>> t.num_ranks, len(t.switches), t.has_link("up0", "low3"), t.has_link("up0", "up1")
+    (32, 8, True, False)
+    """
+    upper = _count(upper, "upper", 1)
+    lower = _count(lower, "lower", 1)
+    hosts_per_switch = _count(hosts_per_switch, "hosts_per_switch", 1)
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    switch_ids = [f"up{i}" for i in range(upper)] + [f"low{j}" for j in range(lower)]
+    _limit(len(switch_ids) * (hosts_per_switch + 1), len(switch_ids) * hosts_per_switch + upper * lower)
+    hosts = [f"gpu{r}" for r in range(len(switch_ids) * hosts_per_switch)]
+    links: list[LinkSpec] = [(h, switch_ids[r // hosts_per_switch], bandwidth, latency) for r, h in enumerate(hosts)]
+    links += [(f"up{i}", f"low{j}", bandwidth, latency) for i in range(upper) for j in range(lower)]
+    return Topology.build(
+        "bigraph", hosts, switch_ids, links,
+        description=f"EFLOPS BiGraph: {upper}+{lower} switches (complete bipartite), {hosts_per_switch} hosts "
+                    f"per switch, {bandwidth} GB/s per link")

@@ -23,7 +23,7 @@ from synth.cli.common import (
 from synth.collectives import parse_kind
 from synth.evaluate import congestion, evaluate
 from synth.fileio import atomic_write_text
-from synth.library import LIBRARY
+from synth.library import LIBRARY, format_value, shipped_files
 from synth.units import format_size
 from synth.verify import verify
 
@@ -43,8 +43,12 @@ def topologies(as_json: bool = JSON_OPTION) -> None:
 
     rows = []
     for name, item in LIBRARY.items():
-        params = ", ".join(f"{p.name}={p.default}" for p in inspect.signature(item.builder).parameters.values())
-        rows.append({"name": name, "parameters": params, "summary": item.summary, "shipped": item.shipped})
+        params = ", ".join(f"{p.name}={format_value(p.default)}" for p in inspect.signature(item.builder).parameters.values())
+        rows.append({"name": name, "kind": "builder", "parameters": params, "summary": item.summary,
+                     "shipped": item.shipped})
+    for file_name, spec in shipped_files():
+        rows.append({"name": file_name, "kind": "file", "parameters": "",
+                     "summary": f"shipped file (= {spec})" if spec else "shipped file", "shipped": True})
     if as_json:
         print_json(rows)
         return
