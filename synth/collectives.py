@@ -82,6 +82,11 @@ class Collective:
     root: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("num_ranks", "chunks", "root"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool)) and not (name == "root" and value is None):
+                raise InputError("", "ranks" if name == "num_ranks" else name,
+                                 f"expected a whole number, got {type(value).__name__} {value!r}")
         if self.num_ranks < 2:
             raise InputError("", "ranks", f"a collective needs at least 2 ranks, got {self.num_ranks}")
         if self.chunks < 1:

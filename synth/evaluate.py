@@ -17,13 +17,14 @@ Metrics follow nccl-tests: algbw = n / t, busbw = algbw x factor (see :mod:`synt
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
-from synth.errors import InputError
+from synth.errors import InputError, VerificationError
 from synth.schedule import Schedule
 from synth.topology import Topology
 
@@ -142,125 +143,197 @@ def _load_optional_models() -> None:
 
 # --------------------------------------------------------------------------------- flow model
 def simulate_flow(schedule: Schedule, topology: Topology, size: int, pipeline: int = 1) -> float:
-    """Completion time in seconds of the flow-level α-β simulation with max-min fair sharing."""
+    """Completion time in seconds of the flow-level α-β simulation with max-min fair sharing.
+
+    Transfers that cross the same path always get the same max-min rate, so the simulation works on
+    *path classes*: per class, the number of active flows, one shared per-flow rate and a byte-progress
+    counter (numpy arrays over all classes). Every flow of a class moves the same number of bytes at the
+    same rate, so a class's flows finish in the order they joined (a FIFO of finish thresholds). Rates
+    are recomputed only when some class's flow count has changed since the last computation, and all
+    events at one instant are handled together.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> topo = load_topology("ring:n=2,latency=0,bandwidth=1")
+    >>> simulate_flow(synthesize(topo, "allgather", "ring"), topo, 2 * 10**9)  # 1 GB over 1 GB/s
+    1.0
+    """
     transfers = schedule.transfers
     if not transfers:
         return 0.0
     pieces = pipeline
     piece_bytes = size / schedule.collective.chunks / pieces
 
+    # ---- path classes: their links (CSR arrays) and latency
     link_index: dict[tuple[str, str], int] = {}
     capacity_list: list[float] = []
-    path_links: dict[tuple[str, ...], np.ndarray] = {}
-    path_latency: dict[tuple[str, ...], float] = {}
+    class_of_path: dict[tuple[str, ...], int] = {}
+    flat_links: list[int] = []
+    flat_class: list[int] = []
+    class_delay: list[float] = []
+    transfer_class = [0] * len(transfers)
     for t in transfers:
-        if t.path in path_links:
-            continue
-        ids = []
-        for hop in zip(t.path, t.path[1:], strict=False):
-            index = link_index.get(hop)
-            if index is None:
-                index = len(capacity_list)
-                link_index[hop] = index
-                capacity_list.append(topology.bandwidth(*hop) * GIGA)
-            ids.append(index)
-        path_links[t.path] = np.array(ids, dtype=np.int64)
-        path_latency[t.path] = topology.path_latency(t.path) * MICRO
-    capacity = np.array(capacity_list)
+        cls = class_of_path.get(t.path)
+        if cls is None:
+            cls = len(class_delay)
+            class_of_path[t.path] = cls
+            for hop in zip(t.path, t.path[1:], strict=False):
+                index = link_index.get(hop)
+                if index is None:
+                    index = len(capacity_list)
+                    link_index[hop] = index
+                    capacity_list.append(topology.bandwidth(*hop) * GIGA)
+                flat_links.append(index)
+                flat_class.append(cls)
+            class_delay.append(topology.path_latency(t.path) * MICRO)
+        transfer_class[t.id] = cls
+    num_classes = len(class_delay)
+    sharing = _MaxMin(np.array(flat_links, dtype=np.int64), np.array(flat_class, dtype=np.int64),
+                      np.array(capacity_list, dtype=np.float64), num_classes)
 
+    # ---- dependencies: flow t*P + j waits for piece j of each dep and piece j-1 of itself
+    children: list[list[int]] = [[] for _ in transfers]
     count = len(transfers) * pieces
-    waiting = np.zeros(count, dtype=np.int64)
-    children: list[list[int]] = [[] for _ in range(count)]
+    waiting = [0] * count
     for t in transfers:
-        for j in range(pieces):
-            flow = t.id * pieces + j
-            parents = {d * pieces + j for d in t.deps}
-            if j:
-                parents.add(flow - 1)
-            waiting[flow] = len(parents)
-            for parent in parents:
-                children[parent].append(flow)
+        parents = set(t.deps)
+        for dep in parents:
+            children[dep].append(t.id)
+        base = t.id * pieces
+        waiting[base] = len(parents)
+        for j in range(1, pieces):
+            waiting[base + j] = len(parents) + 1
 
-    now = 0.0
+    # ---- per-class state
+    members = np.zeros(num_classes, dtype=np.int64)      # active flows per class
+    rated = np.zeros(num_classes, dtype=np.int64)        # members when rates were last computed
+    progress = np.zeros(num_classes)                     # bytes each flow of the class has moved
+    head = np.full(num_classes, np.inf)                  # finish threshold of the class's oldest flow
+    rate = np.zeros(num_classes)                         # bytes/s of each flow of the class
+    queues: list[deque[tuple[float, int]]] = [deque() for _ in range(num_classes)]
+    touched: set[int] = set()
     latency_heap: list[tuple[float, int]] = []
-    active: dict[int, float] = {}  # flow -> remaining bytes
+    active_count = 0
+
+    def join(flow: int) -> None:
+        nonlocal active_count
+        cls = transfer_class[flow // pieces]
+        queue = queues[cls]
+        if not queue:
+            progress[cls] = 0.0
+            head[cls] = piece_bytes
+            active_count += 1
+            queue.append((piece_bytes, flow))
+        else:
+            queue.append((float(progress[cls]) + piece_bytes, flow))
+        members[cls] += 1
+        touched.add(cls)
 
     def make_ready(flow: int, at: float) -> None:
-        delay = path_latency[transfers[flow // pieces].path]
+        delay = class_delay[transfer_class[flow // pieces]]
         if delay > 0:
             heapq.heappush(latency_heap, (at + delay, flow))
         else:
-            active[flow] = piece_bytes
+            join(flow)
 
     for flow in range(count):
         if waiting[flow] == 0:
             make_ready(flow, 0.0)
+    now = 0.0
     done = 0
     finish = 0.0
-    while done < count:
-        if not active and not latency_heap:
-            raise RuntimeError("flow simulation stalled: dependencies never satisfied (verify the schedule)")
-        rates = _max_min_rates(active, transfers, pieces, path_links, capacity) if active else {}
-        next_finish = min((remaining / rates[f] for f, remaining in active.items()), default=float("inf"))
-        next_latency = latency_heap[0][0] - now if latency_heap else float("inf")
-        step = min(next_finish, next_latency)
-        now += step
-        finished: list[int] = []
-        tolerance = 1e-12 * max(piece_bytes, 1.0)
-        for flow in list(active):
-            remaining = active[flow] - rates[flow] * step
-            if remaining <= tolerance:
-                finished.append(flow)
-                del active[flow]
-            else:
-                active[flow] = remaining
-        while latency_heap and latency_heap[0][0] <= now * (1 + 1e-15) + 1e-18:
-            _, flow = heapq.heappop(latency_heap)
-            active[flow] = piece_bytes
-        for flow in sorted(finished):
-            done += 1
-            finish = now
-            for child in children[flow]:
-                waiting[child] -= 1
-                if waiting[child] == 0:
-                    make_ready(child, now)
+    tolerance = 1e-9 * piece_bytes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while done < count:
+            if not active_count and not latency_heap:
+                raise VerificationError("flow simulation stalled: some transfers never become ready "
+                                        "(their deps form a cycle; verify the schedule)")
+            if touched:
+                changed = np.fromiter(touched, dtype=np.int64, count=len(touched))
+                touched.clear()
+                if (members[changed] != rated[changed]).any():
+                    sharing.rates(members, rate)
+                    rated[:] = members
+            step = float(np.min((head - progress) / rate)) if active_count else float("inf")
+            if latency_heap:
+                step = min(step, max(latency_heap[0][0] - now, 0.0))
+            now += step
+            progress += rate * step
+            finished: list[int] = []
+            for cls in np.flatnonzero(head <= progress * (1 + 1e-15) + tolerance).tolist():
+                queue = queues[cls]
+                limit = float(progress[cls]) * (1 + 1e-15) + tolerance
+                while queue and queue[0][0] <= limit:
+                    finished.append(queue.popleft()[1])
+                members[cls] = len(queue)
+                touched.add(cls)
+                if queue:
+                    head[cls] = queue[0][0]
+                else:
+                    head[cls] = np.inf  # its rate stays: valid again if the same flows come back
+                    active_count -= 1
+            while latency_heap and latency_heap[0][0] <= now * (1 + 1e-15) + 1e-18:
+                join(heapq.heappop(latency_heap)[1])
+            finished.sort()
+            for flow in finished:
+                done += 1
+                finish = now
+                tid, j = divmod(flow, pieces)
+                if j + 1 < pieces:
+                    waiting[flow + 1] -= 1
+                    if waiting[flow + 1] == 0:
+                        make_ready(flow + 1, now)
+                for child in children[tid]:
+                    successor = child * pieces + j
+                    waiting[successor] -= 1
+                    if waiting[successor] == 0:
+                        make_ready(successor, now)
     return finish
 
 
-def _max_min_rates(active: dict[int, float], transfers: tuple, pieces: int,
-                   path_links: dict[tuple[str, ...], np.ndarray], capacity: np.ndarray) -> dict[int, float]:
-    """Max-min fair rates (bytes/s) by progressive filling over the links the active flows cross."""
-    flows = list(active)
-    if len(flows) == 1:
-        links = path_links[transfers[flows[0] // pieces].path]
-        return {flows[0]: float(capacity[links].min())}
-    link_arrays = [path_links[transfers[f // pieces].path] for f in flows]
-    lengths = np.fromiter((len(a) for a in link_arrays), dtype=np.int64, count=len(flows))
-    entry_link = np.concatenate(link_arrays)
-    entry_flow = np.repeat(np.arange(len(flows)), lengths)
-    used, entry_link = np.unique(entry_link, return_inverse=True)
-    remaining = capacity[used].astype(float)
-    rate = np.zeros(len(flows))
-    frozen = np.zeros(len(flows), dtype=bool)
-    entry_alive = np.ones(len(entry_link), dtype=bool)
-    while True:
-        alive_links = entry_link[entry_alive]
-        if alive_links.size == 0:
-            break
-        counts = np.bincount(alive_links, minlength=len(used))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(counts > 0, remaining / np.maximum(counts, 1), np.inf)
-        level = share.min()
-        bottleneck = share <= level * (1 + 1e-12)
-        hit_flows = np.unique(entry_flow[entry_alive & bottleneck[entry_link]])
-        hit_flows = hit_flows[~frozen[hit_flows]]
-        frozen[hit_flows] = True
-        rate[hit_flows] = level
-        newly = np.isin(entry_flow, hit_flows) & entry_alive
-        np.subtract.at(remaining, entry_link[newly], level)
-        entry_alive &= ~newly
-        remaining = np.maximum(remaining, 0.0)
-    return {flow: float(rate[i]) for i, flow in enumerate(flows)}
+class _MaxMin:
+    """Max-min fair per-flow rates of path classes by progressive filling.
+
+    Raise every unfrozen flow's rate together until some link is full, freeze the flows crossing it,
+    repeat. A class of ``m`` active flows weighs ``m`` on each of its links. ``entry_link`` and
+    ``entry_class`` list every (link, class) incidence once.
+    """
+
+    def __init__(self, entry_link: np.ndarray, entry_class: np.ndarray, capacity: np.ndarray,
+                 num_classes: int) -> None:
+        self.entry_link = entry_link
+        self.entry_class = entry_class
+        self.capacity = capacity
+        self.num_classes = num_classes
+
+    def rates(self, members: np.ndarray, rate: np.ndarray) -> None:
+        """Write the per-flow rate (bytes/s) of every class into ``rate`` (0 for idle classes)."""
+        rate[:] = 0.0
+        weight_all = members[self.entry_class].astype(np.float64)
+        live = weight_all > 0
+        entry_link = self.entry_link[live]
+        entry_class = self.entry_class[live]
+        entry_weight = weight_all[live]
+        num_links = len(self.capacity)
+        remaining = self.capacity.copy()
+        hit = np.zeros(self.num_classes, dtype=bool)
+        while entry_link.size:
+            load = np.bincount(entry_link, weights=entry_weight, minlength=num_links)
+            share = np.where(load > 0, remaining / np.where(load > 0, load, 1.0), np.inf)
+            level = share.min()
+            bottleneck = share <= level * (1 + 1e-12)
+            hit[:] = False
+            hit[entry_class[bottleneck[entry_link]]] = True
+            rate[hit] = level
+            newly = hit[entry_class]
+            remaining -= np.bincount(entry_link[newly], weights=entry_weight[newly] * level, minlength=num_links)
+            np.maximum(remaining, 0.0, out=remaining)
+            keep = ~newly
+            entry_link = entry_link[keep]
+            entry_class = entry_class[keep]
+            entry_weight = entry_weight[keep]
 
 
 register_model("flow", simulate_flow)

@@ -450,6 +450,7 @@ def parse_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise InputError(source, "", f"invalid YAML{where}: {getattr(error, 'problem', None) or error}") from None
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())  # one line, always
+        raise InputError(source, "", f"invalid YAML{where}: {problem}") from None
     except RecursionError:
         raise InputError(source, "", "YAML nesting is too deep") from None

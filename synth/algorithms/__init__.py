@@ -15,6 +15,7 @@ Examples
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,14 @@ def register(name: str, target: str, collectives: set[Kind], summary: str) -> No
 register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle (shortest paths otherwise)")
 register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")
 register("binomial", "synth.algorithms.binomial:binomial", {BC, RD}, "binomial tree from/to the root")
+register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "bandwidth-optimal spanning trees (ForestColl): meets the exact cut bound")
+register("tree", "synth.algorithms.tree:tree", {AR}, "NCCL double binary tree, pipelined (shape=binomial: binomial tree)")
+register("rhd", "synth.algorithms.rhd:rhd", {AG, RS, AR}, "recursive halving-doubling (Rabenseifner), any N, rank mapping")
+register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N) rounds of doubling distance")
+register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")
+register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)")
+register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: max concurrent flow LP (GLOP), rounded to chunks")
+register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches")
 
 
 def available(kind: Kind | None = None) -> list[Algorithm]:
@@ -73,4 +82,26 @@ def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **opt
     if kind not in entry.collectives:
         supported = ", ".join(sorted(k.value for k in entry.collectives))
         raise NotApplicable(f"algorithm {algorithm!r} does not do {kind}; it does {supported}")
-    return entry.load()(topology, kind, **options)
+    function = entry.load()
+    accepted = inspect.signature(function).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
+        for key in options:
+            if key not in accepted or key in ("topology", "kind"):
+                names = ", ".join(p for p in accepted if p not in ("topology", "kind"))
+                raise InputError("", "option", f"algorithm {algorithm!r} has no option {key!r}; it takes {names}")
+    _check_limits(topology, kind, algorithm, options.get("chunks"))
+    return function(topology, kind, **options)
+
+
+def _check_limits(topology: Topology, kind: Kind, algorithm: str, chunks: Any) -> None:
+    """Refuse up front what no algorithm could build within the limits (see :mod:`synth.limits`): even
+    the fewest transfers the collective needs at this chunk count are over the transfer cap."""
+    from synth import limits
+    from synth.collectives import OWNED
+
+    n = topology.num_ranks
+    what = f"{algorithm} {kind} on {n} gpus"
+    limits.check_ranks(n, what, hint="use a smaller topology")
+    least = chunks if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks > 0 else (
+        n if kind in OWNED else 1)
+    limits.check_transfers(limits.min_transfers(kind, n, least), f"{what} with {least} chunks")

@@ -1,32 +1,122 @@
-"""Ring allgather, reduce-scatter and allreduce.
+"""Ring allgather, reduce-scatter and allreduce, on one ring or several (channels).
 
 The ring follows a Hamiltonian cycle of switch-only hops when one exists (found deterministically);
 otherwise ranks in order, each hop along a shortest path. With C = m*N chunks every block of m chunks
 travels the ring independently, which pipelines large messages.
+
+With ``channels=k`` (as NCCL runs several rings), the data is split into k equal parts and part i
+travels its own ring: even channels run a ring forward, odd channels the same ring backwards (so a
+bidirectional ring uses both directions), and channels 2j, 2j+1 use the j-th of a list of rings that
+share no link with each other when the topology has such rings (else the rings repeat).
 """
 
 from __future__ import annotations
 
-from synth.algorithms.utils import hamiltonian_ring, make_collective, route
+from synth.algorithms.utils import direct_neighbors, hamiltonian_ring, make_collective, route
 from synth.collectives import Kind
 from synth.errors import InputError
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
 from synth.topology import Topology
+
+#: Largest accepted channel count.
+MAX_CHANNELS = 64
 
 
 def ring_order(topology: Topology, order: list[int] | None = None) -> list[int]:
     """The rank order of the ring: ``order`` if given (validated), else a Hamiltonian cycle or 0..N-1."""
     n = topology.num_ranks
     if order is not None:
-        if sorted(order) != list(range(n)):
+        if (not isinstance(order, list | tuple) or not all(isinstance(r, int) and not isinstance(r, bool) for r in order)
+                or sorted(order) != list(range(n))):
             raise InputError("", "order", f"expected a permutation of 0..{n - 1}")
         return list(order)
     return hamiltonian_ring(topology) or list(range(n))
 
 
+def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> list[int] | None:
+    """A cycle through every key of ``adjacency`` (undirected neighbour sets), by depth-first search
+    that tries the neighbour with the fewest free onward choices first; None within ``budget`` steps.
+
+    Deterministic: ties are broken by node number.
+
+    Examples
+    --------
+    >>> hamiltonian_cycle({0: {1, 3}, 1: {0, 2}, 2: {1, 3}, 3: {0, 2}})
+    [0, 1, 2, 3]
+    """
+    nodes = sorted(adjacency)
+    if len(nodes) < 2:
+        return nodes or None
+    if len(nodes) == 2:
+        a, b = nodes
+        return nodes if b in adjacency[a] else None
+    start = nodes[0]
+    path = [start]
+    on_path = {start}
+    steps = 0
+
+    def candidates(node: int) -> list[int]:
+        free = [v for v in adjacency[node] if v not in on_path]
+        return sorted(free, key=lambda v: (sum(1 for w in adjacency[v] if w not in on_path), v))
+
+    stack = [iter(candidates(start))]
+    while stack:
+        steps += 1
+        if steps > budget:
+            return None
+        if len(path) == len(nodes):
+            if start in adjacency[path[-1]]:
+                return path
+            on_path.discard(path.pop())
+            stack.pop()
+            continue
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            if len(path) > 1:
+                on_path.discard(path.pop())
+            continue
+        path.append(nxt)
+        on_path.add(nxt)
+        stack.append(iter(candidates(nxt)))
+    return None
+
+
+def channel_rings(topology: Topology, channels: int, order: list[int] | None = None) -> list[list[int]]:
+    """The rank order of each channel's ring (see the module docstring).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> channel_rings(load_topology("ring:n=4"), 2)
+    [[0, 1, 2, 3], [3, 2, 1, 0]]
+    """
+    base = ring_order(topology, order)
+    n = topology.num_ranks
+    cycles = [base]
+    wanted = (channels + 1) // 2
+    if wanted > 1 and n > 3:
+        neighbors = {r: set(direct_neighbors(topology, r)) for r in range(n)}
+        adjacency = {r: {v for v in neighbors[r] if r in neighbors[v]} for r in range(n)}
+        used: set[frozenset[int]] = set()
+        while len(cycles) < wanted:
+            for i, rank in enumerate(cycles[-1]):
+                used.add(frozenset((rank, cycles[-1][(i + 1) % n])))
+            free = {r: {v for v in adjacency[r] if frozenset((r, v)) not in used} for r in range(n)}
+            cycle = hamiltonian_cycle(free)
+            if cycle is None:
+                break
+            cycles.append(cycle)
+    rings = []
+    for channel in range(channels):
+        cycle = cycles[(channel // 2) % len(cycles)]
+        rings.append(cycle[::-1] if channel % 2 else list(cycle))
+    return rings
+
+
 def ring(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
-         order: list[int] | None = None, reverse: bool = False) -> Schedule:
-    """Ring schedule for allgather, reducescatter or allreduce.
+         order: list[int] | None = None, reverse: bool = False, channels: int = 1) -> Schedule:
+    """Ring schedule for allgather, reducescatter or allreduce, on ``channels`` rings.
 
     Parameters
     ----------
@@ -34,11 +124,13 @@ def ring(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
     kind : Kind
         ``allgather``, ``reducescatter`` or ``allreduce``.
     chunks : int, optional
-        Total chunks C (a multiple of N; default N).
+        Total chunks C (a multiple of N * channels; default N * channels).
     order : list of int, optional
-        The rank order around the ring.
+        The rank order around the (first) ring.
     reverse : bool
-        Run the ring in the opposite direction.
+        Run every ring in the opposite direction.
+    channels : int
+        Number of rings; each carries 1/channels of the data (default 1, one ring).
 
     Examples
     --------
@@ -46,24 +138,38 @@ def ring(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
     >>> s = ring(load_topology("ring:n=4"), Kind.ALLREDUCE)
     >>> len(s.transfers)  # 2 (N-1) steps of N transfers
     24
+    >>> ring(load_topology("ring:n=4"), Kind.ALLGATHER, channels=2).params["orders"]
+    [[0, 1, 2, 3], [3, 2, 1, 0]]
     """
     n = topology.num_ranks
-    coll = make_collective(topology, kind, chunks, root, default_chunks=n)
-    if coll.chunks % n:
-        raise InputError("", "chunks", f"ring needs chunks to be a multiple of {n}, got {coll.chunks}")
-    positions = ring_order(topology, order)
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise InputError("", "channels", f"expected an integer in 1..{MAX_CHANNELS}, got {channels!r}")
+    coll = make_collective(topology, kind, chunks, root, default_chunks=n * channels)
+    if coll.chunks % (n * channels):
+        raise InputError("", "chunks", f"ring with {channels} channel(s) needs chunks to be a multiple of "
+                         f"{n * channels} (ranks x channels), got {coll.chunks}")
+    rings = channel_rings(topology, channels, order)
     if reverse:
-        positions = positions[::-1]
+        rings = [r[::-1] for r in rings]
     per = coll.chunks // n
-    params = {"order": positions, "chunks": coll.chunks}
+    params: dict[str, object] = {"order": rings[0], "chunks": coll.chunks}
+    if channels > 1:
+        params.update(channels=channels, orders=rings)
     builder = ScheduleBuilder(coll, topology.name, topology.gpus, "ring", params)
-    paths = {(positions[i], positions[(i + 1) % n]): route(topology, positions[i], positions[(i + 1) % n])
-             for i in range(n)}
-    where = {rank: i for i, rank in enumerate(positions)}
+    paths: dict[tuple[int, int], tuple[str, ...]] = {}
+    for positions in rings:
+        for i in range(n):
+            hop = (positions[i], positions[(i + 1) % n])
+            if hop not in paths:
+                paths[hop] = route(topology, *hop)
+    where = [{rank: i for i, rank in enumerate(positions)} for positions in rings]
 
     for owner in range(n):
-        start = where[owner]
-        for chunk in range(owner * per, (owner + 1) * per):
+        for local in range(per):
+            chunk = owner * per + local
+            channel = local % channels
+            positions = rings[channel]
+            start = where[channel][owner]
             previous: int | None = None
             if kind in (Kind.REDUCESCATTER, Kind.ALLREDUCE):
                 # reduce around the ring, starting after the owner and ending at the owner

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from functools import lru_cache
+from typing import Any, Literal
 
 from synth.collectives import ROOTED, Collective, Kind
 from synth.errors import InputError, NotApplicable
+from synth.schedule import ScheduleBuilder
 from synth.topology import Topology
 
 
@@ -20,7 +23,11 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
         root = 0
     if kind not in ROOTED and root is not None:
         raise InputError("", "root", f"{kind} takes no root")
-    return Collective(kind, n, chunks, root)
+    collective = Collective(kind, n, chunks, root)
+    from synth import limits  # refuse up front what no schedule could do within the transfer limit
+
+    limits.check_transfers(limits.min_transfers(kind, n, chunks), f"{kind} on {n} gpus with {chunks} chunks")
+    return collective
 
 
 @lru_cache(maxsize=64)
@@ -126,3 +133,43 @@ def hamiltonian_ring(topology: Topology, budget: int = 200_000) -> list[int] | N
         on_path[nxt] = True
         stack.append(iter(candidates(nxt)))
     return None
+
+
+class OrderedBuilder(ScheduleBuilder):
+    """A :class:`~synth.schedule.ScheduleBuilder` that adds the deps the verifier's ordering rules need.
+
+    Transfers are added in a valid sequential program order; each new transfer automatically depends on
+    the last writer of the cell it reads, the last writer of the cell it writes, and every reader of the
+    cell it writes since that write (read-after-write, write-after-write, write-after-read). ``deps``
+    passed to :meth:`add` are kept as extra ordering (for example lock-step rounds).
+
+    Examples
+    --------
+    >>> from synth.collectives import Collective, Kind
+    >>> b = OrderedBuilder(Collective(Kind.ALLREDUCE, 3, 1), "t", ("a", "b", "c"), "manual")
+    >>> b.add(0, 2, 0, ("a", "c"), "reduce"), b.add(1, 2, 0, ("b", "c"), "reduce")
+    (0, 1)
+    >>> b.transfers[1].deps  # the second reduce into rank 2 is chained after the first
+    (0,)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_writer: dict[tuple[int, int], int] = {}
+        self._readers: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, src: int, dst: int, chunk: int, path: Iterable[str], op: Literal["copy", "reduce"] = "copy",
+            deps: Iterable[int] = ()) -> int:
+        """Append a transfer ordered after every earlier access it conflicts with; return its id."""
+        source, target = (src, chunk), (dst, chunk)
+        needed = set(deps)
+        for cell in (source, target):
+            writer = self._last_writer.get(cell)
+            if writer is not None:
+                needed.add(writer)
+        needed.update(self._readers.get(target, ()))
+        tid = super().add(src, dst, chunk, path, op, needed)
+        self._readers.setdefault(source, []).append(tid)
+        self._last_writer[target] = tid
+        self._readers[target] = []
+        return tid

@@ -4,7 +4,9 @@ is the only place that turns errors into messages and exit codes (2 for anything
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+from typing import Any
 
 import typer
 
@@ -22,6 +24,12 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "synth.cli.basic",
     "synth.cli.demo",
+    "synth.cli.explore",
+    "synth.cli.catalog",
+    "synth.cli.sweep",
+    "synth.cli.export",
+    "synth.cli.bound",
+    "synth.cli.tune",
 ]
 
 
@@ -34,8 +42,13 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only results and errors: no progress, no notes."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print details (timings, skipped algorithms)."),
 ) -> None:
     """Synthesize, verify, evaluate and export collective schedules for any network topology."""
+    from synth.cli.common import set_verbosity
+
+    set_verbosity(quiet, verbose)
 
 
 for _module in COMMAND_MODULES:
@@ -46,13 +59,19 @@ def main() -> None:
     """Console entry point: run the app, map user errors to one line on stderr and exit code 2."""
     from synth.errors import SynthError
 
+    ctrl_c, previous = _watch_ctrl_c()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
+        if code == 130 and ctrl_c:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except SynthError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.echo("interrupted: no partial output was written", err=True)
+        doing = " ".join(["synth", *sys.argv[1:]])
+        typer.echo(f"interrupted while running `{doing}`: no partial output was written", err=True)
         sys.exit(130)
     except typer.Exit as done:
         sys.exit(done.exit_code)
@@ -62,7 +81,29 @@ def main() -> None:
     except Exception as error:  # click usage errors and the like
         import click
 
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(2 if isinstance(error, click.UsageError) else 1)
+        # typer >= 0.20 raises its own vendored copy of click's exceptions (typer._click), not click's
+        if isinstance(error, click.ClickException) or type(error).__module__.startswith("typer._click"):
+            error.show()  # type: ignore[attr-defined]
+            sys.exit(2 if getattr(error, "exit_code", 1) == 2 else 1)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _watch_ctrl_c() -> tuple[list[bool], Any]:
+    """Note Ctrl-C (then raise KeyboardInterrupt as usual); returns the note and the handler to restore."""
+    fired: list[bool] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        fired.append(True)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.SIG_IGN:  # e.g. a background job: leave it ignored
+            return fired, None
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        return fired, None
+    return fired, previous

@@ -19,6 +19,7 @@ from synth.cli.common import (
     sizes_argument,
     table,
     topology_argument,
+    verify_file,
 )
 from synth.collectives import parse_kind
 from synth.evaluate import congestion, evaluate
@@ -109,7 +110,7 @@ def verify_command(
     """Check a schedule exactly: paths, ordering, races, double reductions, postconditions."""
     schedule = load_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
-    report = verify(schedule, topo)
+    report = verify_file(schedule, topo, schedule_file)
     if as_json:
         print_json({"ok": True, "transfers": report.transfers, "depth": report.depth,
                     "max_chunks_on_a_link": report.max_chunks_on_a_link})
@@ -129,7 +130,7 @@ def evaluate_command(
     """Evaluate a schedule: time, algbw, busbw and the congestion bound per message size."""
     schedule = load_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
-    verify(schedule, topo)
+    verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])
     results = [evaluate(schedule, topo, s, model=model, pipeline=pipeline) for s in sizes]
     if as_json:

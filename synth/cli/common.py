@@ -52,6 +52,17 @@ def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topolo
                          "library; pass --topology FILE") from None
 
 
+def verify_file(schedule: Schedule, topology: Topology, path: str) -> Any:
+    """Verify a schedule read from (or imported out of) ``path``; a failure names the file."""
+    from synth.errors import VerificationError
+    from synth.verify import verify
+
+    try:
+        return verify(schedule, topology)
+    except VerificationError as error:
+        raise VerificationError(f"{path}: {error}", error.transfer) from None
+
+
 def print_json(data: Any) -> None:
     """Print JSON to stdout (sorted keys off, stable order as built)."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -100,3 +111,61 @@ def _typed(value: str) -> Any:
         except ValueError:
             pass
     return value
+
+
+# ------------------------------------------------------------------------ verbosity and progress
+#: 0 quiet, 1 normal, 2 verbose; set by the global ``--quiet``/``--verbose`` flags or a command's own.
+VERBOSITY = {"level": 1}
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="Print only results and errors: no progress, no notes.")
+VERBOSE_OPTION = typer.Option(False, "--verbose", "-v", help="Also print details (timings, skipped algorithms).")
+
+
+def set_verbosity(quiet: bool = False, verbose: bool = False) -> None:
+    """Apply the global ``--quiet``/``--verbose`` (neither: normal)."""
+    VERBOSITY["level"] = 0 if quiet else 2 if verbose else 1
+
+
+def command_verbosity(quiet: bool, verbose: bool) -> None:
+    """Apply a command's own ``--quiet``/``--verbose``, which override the global flags when given."""
+    if quiet or verbose:
+        set_verbosity(quiet, verbose)
+
+
+def note(message: str) -> None:
+    """A side remark on stderr, hidden by ``--quiet``."""
+    if VERBOSITY["level"] >= 1:
+        err_console.print(message, soft_wrap=True)
+
+
+def detail(message: str) -> None:
+    """A detail on stderr, shown only with ``--verbose``."""
+    if VERBOSITY["level"] >= 2:
+        err_console.print(f"[dim]{message}[/dim]", soft_wrap=True)
+
+
+def progress_bar(total: int | None, description: str) -> Any:
+    """A rich progress bar on stderr; disabled (a no-op) when quiet or when stdout is not a terminal.
+
+    Use as ``with progress_bar(n, "running") as (bar, task): ... bar.update(task, advance=1)``.
+    """
+    import contextlib
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    disabled = VERBOSITY["level"] == 0 or not sys.stdout.isatty() or not err_console.is_terminal
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err_console, transient=True, disable=disabled)
+
+    @contextlib.contextmanager
+    def run() -> Any:
+        with progress:
+            yield progress, progress.add_task(description, total=total)
+
+    return run()

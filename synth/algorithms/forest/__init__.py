@@ -1,0 +1,262 @@
+"""``forest``: bandwidth-optimal spanning-tree schedules on any topology (ForestColl's method).
+
+For allgather every gpu broadcasts its shard down k out-trees (each carrying 1/k of it); the trees are
+packed so that no link carries more than its share, which makes the schedule's congestion time equal to
+the exact cut bound (see :mod:`synth.algorithms.forest.bound`). The pipeline:
+
+1. :mod:`~synth.algorithms.forest.bound`: the optimal rate x* and the bottleneck cut (parametric
+   max-flow), then the fewest trees per root k that reach it;
+2. :mod:`~synth.algorithms.forest.splitting`: switches are split off into logical gpu-to-gpu arcs
+   that remember their physical paths;
+3. :mod:`~synth.algorithms.forest.packing`: k out-trees per root are packed on the logical graph.
+
+Reduce-scatter packs the trees on the reversed network and runs them backwards (reductions toward the
+root; on a symmetric topology these are the allgather trees). Allreduce is reduce-scatter then allgather,
+each chunk's broadcast starting as soon as its own reduction reaches its owner; ``pipelined=True``
+reduces and broadcasts every chunk over one and the same tree (reduce-then-broadcast per tree, which
+needs symmetric links). Broadcast and reduce pack trees from one root only.
+
+The congestion time of an allreduce is at most the sum of its two phases' optima (2x the allgather
+optimum on a symmetric topology) and equal to it whenever some link is saturated in both phases (all the
+named systems); on a few topologies (a star, say) the two phases load opposite directions of the
+bottleneck links and the congestion time comes out lower.
+
+Options
+-------
+max_trees_per_root : int, optional
+    Use at most this many trees per root (runtimes limit channels); the schedule's params report the
+    rate reached and its gap to the optimum.
+pipelined : bool
+    Allreduce only: reduce then broadcast each chunk over the same tree.
+symmetric : bool, optional
+    Use box symmetry (boxes that are alike, :mod:`~synth.algorithms.forest.symmetry`): work for one box
+    and copy it. Default: from 64 gpus on, when the topology has it.
+chunks : int, optional
+    A multiple of the natural chunk count (N*k for allgather, reduce-scatter and allreduce, k for
+    broadcast and reduce); each tree then carries several chunks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
+from synth.algorithms.utils import make_collective
+from synth.collectives import Kind
+from synth.errors import InputError, NotApplicable
+from synth.schedule import COPY, REDUCE, Schedule, Transfer
+from synth.topology import Topology
+
+GIGA = 10**9
+
+__all__ = ["forest", "get_plan", "ForestPlan", "seconds_per_byte"]
+
+
+class _PathCursor:
+    """Hands out the physical paths (node ids) of each logical arc, one tree copy at a time."""
+
+    def __init__(self, plan: ForestPlan, backwards: bool) -> None:
+        self.names = plan.net.names
+        self.paths = plan.logical.paths
+        self.backwards = backwards
+        self.position: dict[tuple[int, int], list[int]] = {}
+        self.named: dict[tuple[int, int], list[tuple[str, ...]]] = {}
+
+    def take(self, arc: tuple[int, int]) -> tuple[str, ...]:
+        state = self.position.get(arc)
+        if state is None:
+            state = self.position[arc] = [0, 0]
+            names = self.names
+            step = -1 if self.backwards else 1
+            self.named[arc] = [tuple(names[v] for v in path[::step]) for path, _ in self.paths[arc]]
+        index = state[0]
+        state[1] += 1
+        if state[1] == self.paths[arc][index][1]:
+            state[0] += 1
+            state[1] = 0
+        return self.named[arc][index]
+
+
+def seconds_per_byte(plan: ForestPlan) -> Fraction:
+    """Exact time per byte of the plan's collective at the rate its trees reach.
+
+    Allgather and reduce-scatter count the whole output (N shards): 1 / (N x); broadcast and reduce the
+    whole buffer: 1 / x.
+    """
+    return Fraction(1, sum(plan.weights)) / (plan.rate * GIGA)
+
+
+def _optimal_seconds_per_byte(plan: ForestPlan) -> Fraction:
+    return Fraction(1, sum(plan.weights)) / (plan.optimum.rate * GIGA)
+
+
+def _emit_down(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[[int, int], range],
+               root_deps: Callable[[int, int], tuple[int, ...]] | None = None) -> None:
+    """Broadcast each chunk down its tree copy (copy transfers along physical paths)."""
+    cursor = _PathCursor(plan, backwards=False)
+    copy_index = [0] * plan.net.num_compute
+    append = transfers.append
+    for tree in plan.classes:
+        root = tree.root
+        for _ in range(tree.copies):
+            paths = [cursor.take(arc) for arc in tree.arcs]
+            previous: dict[int, int] = {}  # the previous chunk of this tree copy, per receiving rank
+            for chunk in chunks_of(root, copy_index[root]):
+                start = root_deps(root, chunk) if root_deps else ()
+                at: dict[int, int] = {}
+                for (x, y), path in zip(tree.arcs, paths, strict=True):
+                    deps = (at[x],) if x in at else start
+                    if y in previous:  # a tree's chunks follow each other down every arc (pipelining)
+                        deps = tuple(sorted((*deps, previous[y])))
+                    tid = len(transfers)
+                    append(Transfer(tid, x, y, chunk, COPY, path, deps))
+                    at[y] = tid
+                previous = at
+            copy_index[root] += 1
+
+
+def _emit_up(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[[int, int], range]) -> dict[int, int]:
+    """Reduce each chunk up its tree copy toward the root; return the last transfer into the root per chunk.
+
+    Reductions into one rank are chained (the verifier requires writes to a cell to be ordered): a
+    rank's transfer to its parent waits for every reduction into it."""
+    cursor = _PathCursor(plan, backwards=True)
+    copy_index = [0] * plan.net.num_compute
+    finished: dict[int, int] = {}
+    append = transfers.append
+    for tree in plan.classes:
+        root = tree.root
+        for _ in range(tree.copies):
+            paths = [cursor.take(arc) for arc in tree.arcs]
+            previous: dict[int, int] = {}  # the previous chunk's transfer out of each rank, same tree copy
+            for chunk in chunks_of(root, copy_index[root]):
+                last_into: dict[int, int] = {}
+                sent: dict[int, int] = {}
+                for (x, y), path in zip(reversed(tree.arcs), reversed(paths), strict=True):
+                    deps = [last_into[v] for v in (y, x) if v in last_into]
+                    if y in previous:  # a tree's chunks follow each other up every arc (pipelining)
+                        deps.append(previous[y])
+                    tid = len(transfers)
+                    append(Transfer(tid, y, x, chunk, REDUCE, path, tuple(sorted(deps))))
+                    last_into[x] = sent[y] = tid
+                finished[chunk] = last_into[root]
+                previous = sent
+            copy_index[root] += 1
+    return finished
+
+
+def _block_chunks(block: int, per_copy: int) -> Callable[[int, int], range]:
+    """Root r owns chunks r*block .. r*block+block-1; copy j of its trees carries ``per_copy`` of them."""
+    def chunks_of(root: int, copy: int) -> range:
+        start = root * block + copy * per_copy
+        return range(start, start + per_copy)
+    return chunks_of
+
+
+def _check_chunks(chunks: int | None, natural: int, what: str) -> int:
+    if chunks is None:
+        return 1
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1 or chunks % natural:
+        raise InputError("", "chunks", f"forest needs chunks to be a multiple of {natural} ({what}), got {chunks!r}")
+    return chunks // natural
+
+
+def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Fraction, chunks: int,
+            extra: dict[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {"chunks": chunks}
+    for phase, plan in plans.items():
+        params[f"{phase}_trees_per_root"] = plan.trees
+        params[f"{phase}_tree_classes"] = len(plan.classes)
+        params[f"{phase}_box_symmetry"] = plan.symmetric
+    params.update(extra)
+    params["time_per_byte"] = str(time_per_byte)
+    params["optimal_time_per_byte"] = str(optimal)
+    params["algbw_GBps"] = round(float(1 / (time_per_byte * GIGA)), 6)
+    params["optimal_algbw_GBps"] = round(float(1 / (optimal * GIGA)), 6)
+    params["gap_percent"] = round(float((1 - optimal / time_per_byte) * 100), 6)  # algbw lost
+    return params
+
+
+def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
+           max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None) -> Schedule:
+    """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
+
+    The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
+    reported in ``params`` together with the trees used (and, with ``max_trees_per_root``, the gap).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.evaluate import congestion
+    >>> topo = load_topology("switch:n=4")
+    >>> s = forest(topo, Kind.ALLGATHER)
+    >>> s.params["optimal_algbw_GBps"], congestion(s, topo).seconds_per_byte == Fraction(3, 200 * 10**9)
+    (66.666667, True)
+    """
+    if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
+        raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
+    if not isinstance(pipelined, bool):
+        raise InputError("", "pipelined", f"expected true or false, got {pipelined!r}")
+    if pipelined and kind != Kind.ALLREDUCE:
+        raise InputError("", "pipelined", "only allreduce has a pipelined variant")
+    if symmetric is not None and not isinstance(symmetric, bool):
+        raise InputError("", "symmetric", f"expected true or false, got {symmetric!r}")
+    n = topology.num_ranks
+    limit = max_trees_per_root
+    transfers: list[Transfer] = []
+    if kind in (Kind.BROADCAST, Kind.REDUCE):
+        root = 0 if root is None else root
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
+            raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
+        plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit)
+        per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
+        collective = make_collective(topology, kind, plan.trees * per_copy, root)
+        params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
+                         collective.chunks, {})
+        every_copy = _block_chunks(0, per_copy)
+        chunks_of = lambda _root, copy: every_copy(0, copy)  # noqa: E731  (every tree has the one root)
+        if kind == Kind.BROADCAST:
+            _emit_down(transfers, plan, chunks_of)
+        else:
+            _emit_up(transfers, plan, chunks_of)
+        return Schedule(collective, topology.name, topology.gpus, "forest", params, tuple(transfers))
+
+    if root is not None:
+        raise InputError("", "root", f"{kind} takes no root")
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric)
+        per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
+        collective = make_collective(topology, kind, n * plan.trees * per_copy, None)
+        params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
+                         collective.chunks, {})
+        chunks_of = _block_chunks(plan.trees * per_copy, per_copy)
+        if kind == Kind.ALLGATHER:
+            _emit_down(transfers, plan, chunks_of)
+        else:
+            _emit_up(transfers, plan, chunks_of)
+        return Schedule(collective, topology.name, topology.gpus, "forest", params, tuple(transfers))
+
+    if kind != Kind.ALLREDUCE:
+        raise NotApplicable(f"forest does not do {kind}")
+    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric)
+    if pipelined:
+        if not is_symmetric(topology):
+            raise NotApplicable("pipelined allreduce reduces and broadcasts over the same trees, which needs every "
+                                "link to have a reverse link of the same bandwidth; use pipelined=false")
+        scatter = gather
+    else:
+        scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric)
+    block = math.lcm(gather.trees, scatter.trees)
+    block *= _check_chunks(chunks, n * block, "gpus x trees per root")
+    collective = make_collective(topology, kind, n * block, None)
+    time_per_byte = seconds_per_byte(gather) + seconds_per_byte(scatter)
+    optimal = _optimal_seconds_per_byte(gather) + _optimal_seconds_per_byte(scatter)
+    params = _params({"reducescatter": scatter, "allgather": gather}, time_per_byte, optimal, collective.chunks,
+                     {"pipelined": pipelined})
+    reduced = _emit_up(transfers, scatter, _block_chunks(block, block // scatter.trees))
+    _emit_down(transfers, gather, _block_chunks(block, block // gather.trees),
+               lambda _owner, chunk: (reduced[chunk],))
+    return Schedule(collective, topology.name, topology.gpus, "forest", params, tuple(transfers))

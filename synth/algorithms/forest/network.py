@@ -1,0 +1,209 @@
+"""Exact flow networks built from a topology, and compiled max-flow on integer capacities.
+
+A :class:`Network` indexes the topology's nodes (compute nodes first, in rank order, then switches)
+and holds every directed link's bandwidth as an exact decimal :class:`~fractions.Fraction` and as an
+integer in units of ``1/scale`` GB/s (``scale`` is the LCM of the bandwidths' denominators), so every
+cut test below is exact integer arithmetic.
+
+:class:`FlowSolver` wraps OR-Tools' compiled push-relabel ``SimpleMaxFlow`` (int64 capacities). Arcs
+are created once and re-capacitated between solves, which is what makes thousands of max-flow calls
+cheap. When capacities could overflow int64 it falls back to networkx on Python integers (exact, slow).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import networkx as nx
+import numpy as np
+from ortools.graph.python import max_flow
+
+from synth.topology import Topology
+
+#: The capacity that stands for "unbounded" (forcing arcs); finite totals are kept far below it.
+INFINITY = 1 << 60
+#: Above this total of finite capacity the compiled solver could overflow: use exact Python integers.
+_SAFE_TOTAL = 1 << 58
+
+
+@dataclass
+class Network:
+    """A directed network with exact capacities: node ``i < num_compute`` is rank ``i``.
+
+    Parameters
+    ----------
+    names : list of str
+        Node id per index (ranks first, then switches).
+    num_compute : int
+        Number of compute nodes (gpus).
+    tails, heads : list of int
+        Arc end points.
+    bandwidth : list of Fraction
+        Arc bandwidth in GB/s.
+    reversed : bool
+        True when every link was reversed (used for reduce-scatter and reduce).
+
+    Examples
+    --------
+    >>> topo = Topology.build("pair", ["a", "b"], [], [("a", "b", 12.5)])
+    >>> net = Network.from_topology(topo)
+    >>> net.scale, net.units
+    (2, [25, 25])
+    """
+
+    names: list[str]
+    num_compute: int
+    tails: list[int]
+    heads: list[int]
+    bandwidth: list[Fraction]
+    reversed: bool = False
+    scale: int = field(init=False)
+    units: list[int] = field(init=False)
+    out_arcs: list[list[int]] = field(init=False, repr=False)
+    in_arcs: list[list[int]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.scale = math.lcm(*(b.denominator for b in self.bandwidth)) if self.bandwidth else 1
+        self.units = [int(b * self.scale) for b in self.bandwidth]
+        self.out_arcs = [[] for _ in self.names]
+        self.in_arcs = [[] for _ in self.names]
+        for arc, (tail, head) in enumerate(zip(self.tails, self.heads, strict=True)):
+            self.out_arcs[tail].append(arc)
+            self.in_arcs[head].append(arc)
+
+    @classmethod
+    def from_topology(cls, topology: Topology, reverse: bool = False) -> Network:
+        """The topology's network (every link reversed when ``reverse``)."""
+        names = list(topology.gpus) + list(topology.switches)
+        index = {name: i for i, name in enumerate(names)}
+        tails: list[int] = []
+        heads: list[int] = []
+        bandwidth: list[Fraction] = []
+        for src, dst in topology.graph.edges():
+            a, b = (index[dst], index[src]) if reverse else (index[src], index[dst])
+            tails.append(a)
+            heads.append(b)
+            bandwidth.append(topology.exact_bandwidth(src, dst))
+        return cls(names, topology.num_ranks, tails, heads, bandwidth, reverse)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes (gpus and switches)."""
+        return len(self.names)
+
+    @property
+    def num_arcs(self) -> int:
+        """Number of directed arcs."""
+        return len(self.tails)
+
+    def egress_units(self, nodes: Iterable[int]) -> int:
+        """Total capacity (in units of ``1/scale`` GB/s) of the arcs leaving the node set."""
+        inside = set(nodes)
+        return sum(self.units[a] for v in inside for a in self.out_arcs[v] if self.heads[a] not in inside)
+
+    def physical_path(self, path: Sequence[int]) -> tuple[str, ...]:
+        """Node ids of a path of arcs of this network, in the topology's direction of travel."""
+        names = tuple(self.names[v] for v in path)
+        return names[::-1] if self.reversed else names
+
+    def is_symmetric(self) -> bool:
+        """True when every arc has a reverse arc of the same bandwidth (then reversing changes nothing)."""
+        forward = {(t, h): b for t, h, b in zip(self.tails, self.heads, self.bandwidth, strict=True)}
+        return all(forward.get((h, t)) == b for (t, h), b in forward.items())
+
+
+class FlowSolver:
+    """Max-flow on a fixed node set with arcs that can be added and re-capacitated between solves.
+
+    Examples
+    --------
+    >>> solver = FlowSolver(3)
+    >>> first = solver.add_arc(0, 1, 5)
+    >>> _ = solver.add_arc(1, 2, 3)
+    >>> solver.max_flow(0, 2), sorted(solver.source_side())
+    (3, [0, 1])
+    """
+
+    def __init__(self, num_nodes: int) -> None:
+        self.num_nodes = num_nodes
+        self._solver = max_flow.SimpleMaxFlow()
+        self._tails: list[int] = []
+        self._heads: list[int] = []
+        self._caps: list[int] = []
+        self._finite_total = 0
+        self._python_side: list[int] | None = None
+        self.calls = 0
+
+    def add_arc(self, tail: int, head: int, capacity: int = 0) -> int:
+        """Add an arc and return its index."""
+        self._tails.append(tail)
+        self._heads.append(head)
+        self._caps.append(capacity)
+        if capacity != INFINITY:
+            self._finite_total += capacity
+        return self._solver.add_arc_with_capacity(tail, head, min(capacity, INFINITY))
+
+    def capacity(self, arc: int) -> int:
+        """The arc's current capacity."""
+        return self._caps[arc]
+
+    def set_capacity(self, arc: int, capacity: int) -> None:
+        """Change one arc's capacity."""
+        old = self._caps[arc]
+        if old != INFINITY:
+            self._finite_total -= old
+        if capacity != INFINITY:
+            self._finite_total += capacity
+        self._caps[arc] = capacity
+        self._solver.set_arc_capacity(arc, min(capacity, INFINITY))
+
+    def set_capacities(self, arcs: Sequence[int], capacities: Sequence[int]) -> None:
+        """Change many arcs' capacities at once."""
+        for arc, capacity in zip(arcs, capacities, strict=True):
+            old = self._caps[arc]
+            if old != INFINITY:
+                self._finite_total -= old
+            if capacity != INFINITY:
+                self._finite_total += capacity
+            self._caps[arc] = capacity
+        if arcs:
+            self._solver.set_arcs_capacity(np.asarray(arcs, dtype=np.int32),
+                                           np.minimum(np.asarray(capacities, dtype=object), INFINITY).astype(np.int64))
+
+    def max_flow(self, source: int, sink: int) -> int:
+        """The maximum flow value from ``source`` to ``sink`` (``>= INFINITY`` means unbounded).
+
+        Capacities equal to :data:`INFINITY` are unbounded; any other value is taken exactly."""
+        self.calls += 1
+        self._python_side = None
+        if self._finite_total < _SAFE_TOTAL:
+            status = self._solver.solve(source, sink)
+            if status == self._solver.OPTIMAL:
+                return int(self._solver.optimal_flow())
+        return self._python_max_flow(source, sink)
+
+    def source_side(self) -> list[int]:
+        """Nodes on the source side of a minimum cut of the last solve."""
+        if self._python_side is not None:
+            return list(self._python_side)
+        return list(self._solver.get_source_side_min_cut())
+
+    def _python_max_flow(self, source: int, sink: int) -> int:
+        unbounded = self._finite_total + 1
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(self.num_nodes))
+        for tail, head, cap in zip(self._tails, self._heads, self._caps, strict=True):
+            if cap == INFINITY:
+                cap = unbounded
+            if cap <= 0 or tail == head:
+                continue
+            if graph.has_edge(tail, head):
+                graph.edges[tail, head]["capacity"] += cap
+            else:
+                graph.add_edge(tail, head, capacity=cap)
+        value, (side, _) = nx.minimum_cut(graph, source, sink)
+        self._python_side = sorted(side)
+        return INFINITY if value >= unbounded else int(value)

@@ -1,0 +1,377 @@
+"""Arborescence packing: k out-trees per root on the logical gpu graph, each arc in at most cap(e) trees.
+
+Edmonds' theorem says the packing exists iff every gpu v has max-flow(s -> v) >= the number of trees,
+with s joined to each root by as many arcs as it has trees. Lovász's proof grows the trees one arc at a
+time while keeping the condition for the *remaining* problem: with partial trees F_j (node sets V_j), the
+rest can be completed iff for every node set X the unused capacity entering X is at least the number of
+trees that do not touch X yet. In flow form: an auxiliary node a_j per partial tree, s -> a_j with the
+tree's multiplicity and a_j -> v (unbounded) for v in V_j; then max-flow(s -> v) >= the number of
+unfinished trees for every v.
+
+Identical trees are kept as one class with a multiplicity m (a root's k trees start as one class). Adding
+an arc (x, y) to a class lowers by mu only the slack of the sets X that hold y and some node of V_j but
+not x, so the largest mu that keeps the condition is one max-flow: from s, with x forced to the source
+side (s -> x unbounded) and a_j forced to the sink side (a_j -> y unbounded), to y; mu = min(m, cap(x, y),
+flow - unfinished). When mu < m the class splits into mu copies that take the arc and m - mu that do not.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from synth.algorithms.forest.network import INFINITY, FlowSolver
+
+
+@dataclass
+class TreeClass:
+    """``copies`` identical out-trees rooted at ``root``; ``arcs`` are (parent, child) in growth order."""
+
+    root: int
+    copies: int
+    arcs: list[tuple[int, int]] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)
+
+
+#: Arcs the symmetric packer adds between two completion tests.
+SYMMETRIC_BATCH = 32
+
+
+class PackingError(RuntimeError):
+    """The packing could not be completed (the capacities did not pass the flow test)."""
+
+
+class _Packer:
+    def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int]) -> None:
+        self.n = num_compute
+        self.source = num_compute
+        self.solver = FlowSolver(num_compute + 1)
+        self.remaining = dict(capacity)
+        self.arc = {key: self.solver.add_arc(key[0], key[1], cap) for key, cap in sorted(capacity.items())}
+        self.out: list[list[int]] = [[] for _ in range(num_compute)]
+        for u, v in sorted(capacity):
+            self.out[u].append(v)
+        self.unstarted = list(copies)
+        self.root_arc = [self.solver.add_arc(self.source, r, c) for r, c in enumerate(copies)]
+        self.unfinished = sum(copies)
+        self.free_aux: list[int] = []
+        self.aux_arcs: dict[int, dict[int, int]] = {}
+        self.aux_source: dict[int, int] = {}
+        self.next_node = num_compute + 1
+
+    # ----------------------------------------------------------------------- auxiliary nodes
+    def _new_aux(self, copies: int, nodes: Sequence[int]) -> int:
+        if self.free_aux:
+            aux = self.free_aux.pop()
+            self.solver.set_capacity(self.aux_source[aux], copies)
+        else:
+            aux = self.next_node
+            self.next_node += 1
+            self.solver.num_nodes = self.next_node
+            self.aux_source[aux] = self.solver.add_arc(self.source, aux, copies)
+            self.aux_arcs[aux] = {}
+        for v in nodes:
+            self._aux_to(aux, v, INFINITY)
+        return aux
+
+    def _aux_to(self, aux: int, v: int, capacity: int) -> None:
+        arcs = self.aux_arcs[aux]
+        if v in arcs:
+            self.solver.set_capacity(arcs[v], capacity)
+        else:
+            arcs[v] = self.solver.add_arc(aux, v, capacity)
+
+    def _free(self, aux: int) -> None:
+        self.solver.set_capacity(self.aux_source[aux], 0)
+        arcs = self.aux_arcs[aux]
+        self.solver.set_capacities(list(arcs.values()), [0] * len(arcs))
+        self.free_aux.append(aux)
+
+    # ------------------------------------------------------------------------------- growing
+    def _largest_copies(self, tree: TreeClass, aux: int, x: int, y: int) -> int:
+        """How many copies of ``tree`` can take arc (x, y) (see the module docstring)."""
+        limit = min(tree.copies, self.remaining[(x, y)])
+        saved_root = self.solver.capacity(self.root_arc[x])
+        self.solver.set_capacity(self.root_arc[x], INFINITY)
+        self._aux_to(aux, y, INFINITY)
+        flow = self.solver.max_flow(self.source, y)
+        self.solver.set_capacity(self.root_arc[x], saved_root)
+        self._aux_to(aux, y, 0)
+        return max(0, min(limit, flow - self.unfinished))
+
+    def _extend(self, tree: TreeClass, auxes: list[int], x: int, y: int,
+                stack: list[tuple[TreeClass, list[int]]]) -> int:
+        """Add arc (x, y) to as many copies of ``tree`` as the condition allows; return how many (0: none)."""
+        aux = auxes[0]
+        mu = self._largest_copies(tree, aux, x, y)
+        if mu == 0:
+            return 0
+        if mu < tree.copies:
+            rest = TreeClass(tree.root, tree.copies - mu, list(tree.arcs), list(tree.nodes))
+            stack.append((rest, [self._new_aux(rest.copies, rest.nodes)]))
+            tree.copies = mu
+            self.solver.set_capacity(self.aux_source[aux], mu)
+        self.remaining[(x, y)] -= mu
+        self.solver.set_capacity(self.arc[(x, y)], self.remaining[(x, y)])
+        self._aux_to(aux, y, INFINITY)
+        return mu
+
+    def _finish(self, tree: TreeClass, auxes: list[int]) -> None:
+        self.unfinished -= tree.copies * len(auxes)
+        for aux in auxes:
+            self._free(aux)
+
+    def grow(self, tree: TreeClass, auxes: list[int], stack: list[tuple[TreeClass, list[int]]]) -> None:
+        """Grow ``tree`` until it spans every gpu, shallow arcs first, then the widest."""
+        inside = [False] * self.n
+        depth: dict[int, int] = {tree.root: 0}
+        for x in tree.nodes:
+            inside[x] = True
+        for x, y in tree.arcs:
+            depth[y] = depth[x] + 1
+        heap: list[tuple[int, int, int, int]] = []
+
+        def push_from(x: int) -> None:
+            for y in self.out[x]:
+                if not inside[y] and self.remaining[(x, y)] > 0:
+                    heapq.heappush(heap, (depth[x], -self.remaining[(x, y)], x, y))
+
+        for x in tree.nodes:
+            push_from(x)
+        deferred: list[tuple[int, int, int, int]] = []
+        while len(tree.nodes) < self.n:
+            while heap:
+                item = heapq.heappop(heap)
+                _, _, x, y = item
+                if inside[y] or self.remaining[(x, y)] <= 0:
+                    continue
+                if self._extend(tree, auxes, x, y, stack):
+                    break
+                deferred.append(item)
+            else:
+                raise PackingError(f"no arc can extend the tree of root {tree.root} ({len(tree.nodes)} nodes)")
+            tree.arcs.append((x, y))
+            tree.nodes.append(y)
+            inside[y] = True
+            depth[y] = depth[x] + 1
+            push_from(y)
+            for item in deferred:  # a refused arc may become admissible once the tree has grown
+                heapq.heappush(heap, item)
+            deferred.clear()
+        self._finish(tree, auxes)
+
+    def _start(self, root: int) -> tuple[TreeClass, list[int]]:
+        tree = TreeClass(root, self.unstarted[root], [], [root])
+        self.unstarted[root] = 0
+        self.solver.set_capacity(self.root_arc[root], 0)
+        return tree, [self._new_aux(tree.copies, tree.nodes)]
+
+    def roots(self) -> list[int]:
+        return [r for r in range(self.n) if self.unstarted[r]]
+
+    def pack(self) -> list[TreeClass]:
+        done: list[TreeClass] = []
+        for root in self.roots():
+            stack = [self._start(root)]
+            while stack:
+                current, auxes = stack.pop()
+                self.grow(current, auxes, stack)
+                done.append(current)
+        return done
+
+
+class _SymmetricPacker(_Packer):
+    """Packs only the trees of one root per gpu orbit; each stands for its images under the group.
+
+    Adding an arc adds its whole orbit (one image per translate of the tree), which keeps the state
+    invariant, so the completion test needs one max-flow per gpu orbit rather than one per gpu. The test
+    is run for the candidate multiplicity and, if it fails, for smaller ones by bisection."""
+
+    def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int],
+                 group: list[list[int]], batch_size: int | None = None) -> None:
+        super().__init__(num_compute, capacity, copies)
+        self.group = [g[:num_compute] for g in group]
+        self.batch_size = SYMMETRIC_BATCH if batch_size is None else batch_size
+        self.representatives = sorted({min(g[v] for g in self.group) for v in range(num_compute)})
+
+    def roots(self) -> list[int]:
+        return [r for r in self.representatives if self.unstarted[r]]
+
+    def _start(self, root: int) -> tuple[TreeClass, list[int]]:
+        tree = TreeClass(root, self.unstarted[root], [], [root])
+        auxes = []
+        for g in self.group:
+            self.unstarted[g[root]] = 0
+            self.solver.set_capacity(self.root_arc[g[root]], 0)
+            auxes.append(self._new_aux(tree.copies, [g[root]]))
+        return tree, auxes
+
+    def _passes(self) -> bool:
+        return all(self.solver.max_flow(self.source, v) >= self.unfinished for v in self.representatives)
+
+    def _apply(self, tree: TreeClass, auxes: list[int], x: int, y: int, mu: int) -> list[int]:
+        rest: list[int] = []
+        if mu < tree.copies:
+            rest = [self._new_aux(tree.copies - mu, [g[v] for v in tree.nodes]) for g in self.group]
+            for aux in auxes:
+                self.solver.set_capacity(self.aux_source[aux], mu)
+        for g, aux in zip(self.group, auxes, strict=True):
+            arc = (g[x], g[y])
+            self.remaining[arc] -= mu
+            self.solver.set_capacity(self.arc[arc], self.remaining[arc])
+            self._aux_to(aux, g[y], INFINITY)
+        return rest
+
+    def _revert(self, tree: TreeClass, auxes: list[int], x: int, y: int, mu: int, rest: list[int]) -> None:
+        for aux in rest:
+            self._free(aux)
+        for g, aux in zip(self.group, auxes, strict=True):
+            arc = (g[x], g[y])
+            self.remaining[arc] += mu
+            self.solver.set_capacity(self.arc[arc], self.remaining[arc])
+            self._aux_to(aux, g[y], 0)
+            self.solver.set_capacity(self.aux_source[aux], tree.copies)
+
+    def _extend(self, tree: TreeClass, auxes: list[int], x: int, y: int,
+                stack: list[tuple[TreeClass, list[int]]]) -> int:
+        top = min(tree.copies, min(self.remaining[(g[x], g[y])] for g in self.group))
+        if top <= 0:
+            return 0
+        rest = self._apply(tree, auxes, x, y, top)
+        passed = self._passes()
+        if not passed:
+            self._revert(tree, auxes, x, y, top, rest)
+            low, high = 0, top  # low passes (0 trivially), high fails
+            while high - low > 1:
+                middle = (low + high) // 2
+                rest = self._apply(tree, auxes, x, y, middle)
+                ok = self._passes()
+                self._revert(tree, auxes, x, y, middle, rest)
+                low, high = (middle, high) if ok else (low, middle)
+            if low == 0:
+                return 0
+            top = low
+            rest = self._apply(tree, auxes, x, y, top)
+        if top < tree.copies:
+            stack.append((TreeClass(tree.root, tree.copies - top, list(tree.arcs), list(tree.nodes)), rest))
+            tree.copies = top
+        return top
+
+    def grow(self, tree: TreeClass, auxes: list[int], stack: list[tuple[TreeClass, list[int]]]) -> None:
+        """Grow ``tree`` (and its images) in batches: arcs that every copy can take are added without a
+        test, and the condition is tested once per batch; a failed batch is undone and replayed one arc at
+        a time with the exact test. (Only the state after a batch matters: if the rest can be completed
+        from there, it is a valid partial packing however it was reached.)"""
+        inside = [False] * self.n
+        depth: dict[int, int] = {tree.root: 0}
+        for x in tree.nodes:
+            inside[x] = True
+        for x, y in tree.arcs:
+            depth[y] = depth[x] + 1
+        heap: list[tuple[int, int, int, int]] = []
+        deferred: list[tuple[int, int, int, int]] = []
+        batch: list[tuple[int, int]] = []
+        careful = 0  # arcs still to add with the exact test after a failed batch
+
+        def push_from(x: int) -> None:
+            for y in self.out[x]:
+                if not inside[y] and self.remaining[(x, y)] > 0:
+                    heapq.heappush(heap, (depth[x], -self.remaining[(x, y)], x, y))
+
+        def add(x: int, y: int) -> None:
+            tree.arcs.append((x, y))
+            tree.nodes.append(y)
+            inside[y] = True
+            depth[y] = depth[x] + 1
+            push_from(y)
+
+        def retry_deferred() -> None:
+            for entry in deferred:
+                heapq.heappush(heap, entry)
+            deferred.clear()
+
+        def flush() -> bool:
+            """Test the batch; on failure undo it (and rebuild the frontier) and return False."""
+            nonlocal careful, heap
+            if not batch:
+                return True
+            if self._passes():
+                batch.clear()
+                retry_deferred()
+                return True
+            careful = len(batch)
+            for x, y in reversed(batch):
+                self._revert(tree, auxes, x, y, tree.copies, [])
+                tree.arcs.pop()
+                tree.nodes.pop()
+                inside[y] = False
+                del depth[y]
+            batch.clear()
+            heap = []
+            for v in tree.nodes:
+                push_from(v)
+            retry_deferred()
+            return False
+
+        for v in tree.nodes:
+            push_from(v)
+        while True:
+            if len(tree.nodes) == self.n:
+                if flush():
+                    break
+                continue
+            if not heap:
+                if batch and not flush():
+                    continue
+                raise PackingError(f"no arc can extend the tree of root {tree.root} ({len(tree.nodes)} nodes)")
+            item = heapq.heappop(heap)
+            _, _, x, y = item
+            if inside[y] or self.remaining[(x, y)] <= 0:
+                continue
+            if careful == 0 and self.batch_size > 1 and \
+                    min(self.remaining[(g[x], g[y])] for g in self.group) >= tree.copies:
+                self._apply(tree, auxes, x, y, tree.copies)
+                batch.append((x, y))
+                add(x, y)
+                if len(batch) >= self.batch_size:
+                    flush()
+                continue
+            if not flush():
+                continue
+            if self._extend(tree, auxes, x, y, stack):
+                careful = max(0, careful - 1)
+                add(x, y)
+                retry_deferred()
+            else:
+                deferred.append(item)
+        self._finish(tree, auxes)
+
+    def pack(self) -> list[TreeClass]:
+        done = super().pack()
+        expanded: list[TreeClass] = []
+        for g in self.group:
+            for tree in done:
+                expanded.append(TreeClass(g[tree.root], tree.copies, [(g[x], g[y]) for x, y in tree.arcs],
+                                          [g[v] for v in tree.nodes]))
+        expanded.sort(key=lambda tree: tree.root)
+        return expanded
+
+
+def pack_trees(num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int],
+               group: list[list[int]] | None = None) -> tuple[list[TreeClass], int]:
+    """Pack ``copies[r]`` spanning out-trees rooted at each gpu r; return the tree classes and the flow count.
+
+    With ``group`` (permutations of an automorphism group of the capacities and copies that moves gpus
+    freely) only one root per gpu orbit is packed and its trees are copied by the group.
+
+    Examples
+    --------
+    >>> classes, _ = pack_trees(3, {(0, 1): 2, (1, 2): 2, (2, 0): 2}, [1, 1, 1])
+    >>> [(c.root, c.arcs) for c in classes]
+    [(0, [(0, 1), (1, 2)]), (1, [(1, 2), (2, 0)]), (2, [(2, 0), (0, 1)])]
+    """
+    packer = _Packer(num_compute, capacity, copies) if group is None else \
+        _SymmetricPacker(num_compute, capacity, copies, group)
+    classes = packer.pack()
+    return classes, packer.solver.calls

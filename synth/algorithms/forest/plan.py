@@ -1,0 +1,199 @@
+"""The forest plan: bound, tree count, edge splitting and packing, cached per topology and direction."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from synth.algorithms.forest.bound import (
+    CutBound,
+    cut_bound,
+    lcd_trees,
+    optimal_tree_counts,
+    rate_with_trees,
+)
+from synth.algorithms.forest.network import Network
+from synth.algorithms.forest.packing import TreeClass, pack_trees
+from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
+from synth.algorithms.forest.symmetry import box_translation, powers
+from synth.errors import InfeasibleError, InputError, LimitError
+from synth.topology import Topology
+
+#: Largest number of tree arcs (trees x (gpus - 1)) a plan may have: about the number of transfers.
+MAX_TREE_ARCS = 8_000_000
+
+
+@dataclass
+class ForestPlan:
+    """Trees that reach (or, with a tree limit, approach) the optimum for one direction and root set.
+
+    Attributes
+    ----------
+    net : Network
+        The network the trees live in (reversed for reduce-scatter and reduce).
+    weights : list of int
+        Root weights: 1 per gpu (all-to-all roots) or 1 at a single root.
+    optimum : CutBound
+        The exact optimal rate and its bottleneck cut.
+    trees : int
+        Trees per unit of root weight (k).
+    rate : Fraction
+        The rate these trees reach, GB/s per unit of weight (== optimum.rate unless limited).
+    classes : list of TreeClass
+        The packed trees, identical ones grouped with a multiplicity.
+    logical : LogicalGraph
+        The switch-free logical graph and its physical paths.
+    """
+
+    net: Network
+    weights: list[int]
+    optimum: CutBound
+    trees: int
+    rate: Fraction
+    classes: list[TreeClass]
+    logical: LogicalGraph
+    timings: dict[str, float] = field(default_factory=dict)
+    flows: dict[str, int] = field(default_factory=dict)
+    symmetric: bool = False
+
+    @property
+    def optimal(self) -> bool:
+        """True when the trees reach the exact optimum."""
+        return self.rate == self.optimum.rate
+
+
+def _weights(topology: Topology, root: int | None) -> list[int]:
+    if root is None:
+        return [1] * topology.num_ranks
+    return [1 if r == root else 0 for r in topology.ranks]
+
+
+def _tree_limit(net: Network, weights: list[int]) -> int:
+    arcs_per_tree = max(1, net.num_compute - 1)
+    return max(1, MAX_TREE_ARCS // (sum(weights) * arcs_per_tree))
+
+
+#: Most tree counts tried when looking for the fewest trees that reach the optimum.
+MAX_TREE_COUNT_TRIES = 256
+
+
+def _candidates(net: Network, weights: list[int], optimum: CutBound,
+                max_trees: int | None) -> Iterator[tuple[Fraction, int, list[int]]]:
+    """(rate, k, capacities) to try in order: the best rate first, then the fewest trees."""
+    limit = _tree_limit(net, weights)
+    if max_trees is None:
+        enough = lcd_trees(net, optimum.rate)  # always reaches the optimum; a smaller k often does too
+        tries = 0
+        for k, caps in optimal_tree_counts(net, weights, optimum, min(enough, limit)):
+            yield optimum.rate, k, caps
+            tries += 1
+            if tries >= MAX_TREE_COUNT_TRIES:
+                break
+        if enough > limit:
+            raise LimitError(
+                f"the optimum needs up to {enough} trees per root (the limit is {limit}); pass "
+                f"max_trees_per_root to trade a little bandwidth for fewer trees")
+        return
+    if max_trees < 1:
+        raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees}")
+    if max_trees > limit:
+        raise LimitError(f"max_trees_per_root={max_trees} would make more than {MAX_TREE_ARCS} tree arcs; "
+                         f"use at most {limit}")
+    results = []
+    for k in range(1, max_trees + 1):
+        rate, caps = rate_with_trees(net, weights, k, optimum.rate)
+        results.append((rate, k, caps))
+        if rate == optimum.rate:
+            break
+    results.sort(key=lambda item: (-item[0], item[1]))
+    yield from results
+
+
+#: From this many gpus on, box symmetry (when the topology has it) is used by default.
+SYMMETRY_MIN_GPUS = 64
+
+
+def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
+               max_trees: int | None = None, symmetric: bool | None = None) -> ForestPlan:
+    """Compute the bound, pick the tree count, split the switches off and pack the trees.
+
+    ``symmetric``: use the box-translation symmetry (see :mod:`~synth.algorithms.forest.symmetry`) when
+    the topology has it: None (default) from :data:`SYMMETRY_MIN_GPUS` gpus on, True whenever possible,
+    False never. It needs one root per gpu (allgather, reduce-scatter, allreduce)."""
+    started = time.perf_counter()
+    net = Network.from_topology(topology, reverse=reverse)
+    weights = _weights(topology, root)
+    optimum = cut_bound(net, weights)
+    timings = {"bound": time.perf_counter() - started}
+    flows = {"bound": optimum.flows}
+    group = None
+    if root is None and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
+        sigma = box_translation(net, topology)
+        group = powers(sigma) if sigma is not None else None
+    failures = []
+    for rate, trees, capacities in _candidates(net, weights, optimum, max_trees):
+        mark = time.perf_counter()
+        try:
+            logical = split_switches(net, capacities, weights, trees, group=group)
+        except SplitFailed as reason:
+            failures.append(f"k={trees}: {reason}")
+            continue
+        timings["split"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=group)
+        timings["pack"] = time.perf_counter() - mark
+        flows.update(split=logical.flows, pack=pack_flows)
+        timings["total"] = time.perf_counter() - started
+        return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, group is not None)
+    unbalanced = unbalanced_switches(topology)
+    why = ("switches do not multicast, so a switch that can send more than it receives cannot serve the cut "
+           "bound: " + ", ".join(f"{name} receives {inward} GB/s, sends {outward} GB/s"
+                                 for name, inward, outward in unbalanced[:4])) if unbalanced else \
+        "; ".join(failures[:3])
+    raise InfeasibleError(f"forest cannot reach the cut bound on {topology.name!r}: {why}")
+
+
+def unbalanced_switches(topology: Topology) -> list[tuple[str, Fraction, Fraction]]:
+    """Switches whose total ingress and egress bandwidth differ: (name, ingress, egress) in GB/s."""
+    result = []
+    for switch in topology.switches:
+        inward = sum((topology.exact_bandwidth(u, switch) for u in topology.graph.predecessors(switch)), Fraction(0))
+        outward = sum((topology.exact_bandwidth(switch, v) for v in topology.graph.successors(switch)), Fraction(0))
+        if inward != outward:
+            result.append((switch, inward, outward))
+    return result
+
+
+def is_symmetric(topology: Topology) -> bool:
+    """True when every link has a reverse link of the same bandwidth."""
+    graph = topology.graph
+    return all(graph.has_edge(v, u) and graph.edges[v, u]["bandwidth"] == data["bandwidth"]
+               for u, v, data in graph.edges(data=True))
+
+
+_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None], tuple[Topology, ForestPlan]] = OrderedDict()
+_CACHE_SIZE = 8
+
+
+def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
+             max_trees: int | None = None, symmetric: bool | None = None) -> ForestPlan:
+    """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
+
+    On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
+    the network itself, so reduce-scatter and reduce reuse the allgather and broadcast trees, read
+    backwards."""
+    if reverse and is_symmetric(topology):
+        reverse = False
+    key = (id(topology), reverse, root, max_trees, symmetric)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is topology:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    plan = build_plan(topology, reverse, root, max_trees, symmetric)
+    _CACHE[key] = (topology, plan)
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return plan

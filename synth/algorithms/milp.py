@@ -1,0 +1,958 @@
+"""Latency-aware schedules from a time-indexed model solved with CP-SAT (``milp``), TE-CCL style.
+
+The model
+---------
+Time is cut into epochs (see :mod:`synth.algorithms.milp_instance` for the instance: logical links,
+per-link delay in epochs from α + chunk/β, per-link capacity in chunks per window of epochs). With
+boolean ``send[c, l, k]`` (chunk c leaves on logical link l in epoch k) and ``have[c, v, k]`` (gpu v
+can forward c from epoch k)::
+
+    have[c, v, k] = have[c, v, k-1] + Σ_{l into v} send[c, l, k - delay[l]]     (at most one arrival)
+    send[c, l, k] <= have[c, src(l), k]                                         (store and forward)
+    Σ_{c, l through e, k in any window of e} send[c, l, k] <= cap[e]            (bandwidth)
+    have[c, t, K] = 1 for every target t of c                                   (postcondition)
+    done[k] <= have[c, t, k],  done[k] <= done[k+1]
+    stage 1: minimize the epochs until done        stage 2: at that makespan, minimize Σ arrival epochs
+                                                            (+ the number of sends, for alltoall)
+
+Gpus keep every chunk they receive and may forward or copy it on any number of links (multicast);
+switches store nothing: a route through switches is one logical link crossed within one transfer.
+Allgather is multicast; alltoall is unicast (other gpus may relay, store-and-forward); reduce-scatter
+is the time-reversed allgather solved on the transposed topology, with the sends of one chunk from one
+gpu kept apart in time so that the reversed reductions into one buffer cell can be chained as the
+verifier requires; allreduce is that reduce-scatter followed by an allgather (each chunk's allgather
+starts when its reduction is complete).
+
+How it is solved
+----------------
+1. A greedy plan (earliest-arrival routing with capacity reservation, three request orders) for each
+   candidate epoch length; the epoch and order whose plan *simulates* fastest (flow model at ``size``)
+   win. Its makespan is the horizon K and the solver's hint.
+2. A lower bound in epochs: the farthest target by delay, and cut bounds (items that must leave a box,
+   or enter a gpu, through links of limited capacity). If the greedy meets it, it is optimal.
+3. Otherwise CP-SAT (single worker by default, fixed seed) in two lexicographic stages within
+   ``time_limit_s``. ``cpsat="auto"`` skips models over ``VARIABLES_PER_SECOND`` x ``time_limit_s``
+   variables, which CP-SAT could not even presolve in time (a sketch makes them smaller).
+4. The epoch model is coarse, so of the CP-SAT plan and the greedy one the faster in simulation is
+   kept. Transfers on a contended link get deps that keep their planned order in a few *lanes*
+   (``order_deps="link"``), or none (``"none"``: they share the link); ``"auto"`` simulates both.
+
+Determinism: ``time_limit_s`` is a budget in CP-SAT *deterministic* seconds, so the same input and
+``seed`` give the same schedule. A wall-clock safety cap (``WALL_FACTOR`` x the budget +
+``WALL_SLACK_S``) stops a solver slowed down by a loaded machine; a solution reached only because
+of that timing is then discarded in favour of the deterministic greedy (still with the valid
+bound), and ``params['stopped_by']`` is ``"wall-clock"``. ``workers`` > 1 uses CP-SAT's deterministic
+interleaved parallel search.
+
+Options
+-------
+``size`` (bytes or ``"64KiB"``, default 1 MiB) sets the chunk size the epochs are cut for;
+``chunks`` defaults to N, or 2N when a gpu's share is bandwidth-bound (over 10x the route latency on
+the slowest link); ``epoch_us`` overrides the epoch; ``sketch`` restricts the model
+(:mod:`synth.sketch`: relays, pairing, symmetry, chunks, epochs); ``progress`` is a callable receiving
+:class:`Progress` events, ``"auto"`` (a rich status line on stderr when it is a terminal, else
+nothing) or None.
+
+The schedule's ``params`` report ``epochs`` (found), ``lower_bound_epochs`` (proven), ``gap``
+((found - bound) / found; 0 = optimal in the epoch model), ``status`` and ``origin`` per phase
+(``cp-sat`` or ``greedy``), ``epoch_us``, ``order_deps``, ``variables`` and, when it fired,
+``stopped_by``.
+
+Examples
+--------
+>>> from synth.library import load_topology
+>>> topo = load_topology("ring:n=4")
+>>> s = milp(topo, Kind.ALLGATHER, size=4096, time_limit_s=2)
+>>> s.params["epochs"], s.params["gap"]
+(2, 0.0)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from synth import limits
+from synth.algorithms.milp_instance import (
+    Instance,
+    Item,
+    LogicalLink,
+    Plan,
+    Send,
+    best_greedy,
+    build_instance,
+    logical_links,
+    rotation_of,
+)
+from synth.algorithms.utils import make_collective
+from synth.collectives import Collective, Kind
+from synth.errors import InfeasibleError, InputError, NotApplicable
+from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
+from synth.sketch import Sketch, load_sketch
+from synth.topology import Topology
+
+#: Default message size the epochs are cut for, in bytes.
+DEFAULT_SIZE = 1 << 20
+#: Default solver budget in CP-SAT deterministic seconds.
+DEFAULT_TIME_LIMIT_S = 10.0
+#: Default largest horizon, in epochs, when the epoch length is chosen automatically.
+DEFAULT_MAX_EPOCHS = 64
+#: The greedy's work (deliveries x logical links) is checked against the variable limit times this.
+GREEDY_WORK_PER_VARIABLE = 100
+#: CP-SAT is run only on models of at most this many variables per second of time limit.
+VARIABLES_PER_SECOND = 500
+#: The solver's wall-clock safety cap: WALL_FACTOR x time_limit_s + WALL_SLACK_S seconds.
+WALL_FACTOR = 4.0
+WALL_SLACK_S = 10.0
+#: Shares of the budget for stage 1 (fewest epochs) and at most for stage 2 (earliest arrivals).
+STAGE_ONE_SHARE = 0.8
+STAGE_TWO_SHARE = 0.2
+#: Multiples of the fastest transfer tried as the epoch length.
+EPOCH_FACTORS = (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event: ``phase`` is ``"greedy"``, ``"solve"`` or ``"done"``."""
+
+    phase: str
+    collective: str
+    best_epochs: int | None = None
+    bound_epochs: int | None = None
+    elapsed_s: float = 0.0
+    message: str = ""
+
+
+ProgressFunction = Callable[[Progress], None]
+
+
+@dataclass
+class PhaseResult:
+    """The outcome of solving one instance."""
+
+    instance: Instance
+    plan: Plan
+    lower_bound: int
+    status: str
+    variables: int
+    constraints: int
+    stopped_by: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """(epochs found - proven lower bound) / epochs found."""
+        if self.plan.makespan <= 0:
+            return 0.0
+        return max(0.0, (self.plan.makespan - self.lower_bound) / self.plan.makespan)
+
+
+@dataclass
+class _Planned:
+    """A transfer with its planned epochs, before ids are assigned."""
+
+    src: int
+    dst: int
+    chunk: int
+    path: tuple[str, ...]
+    op: str
+    start: int
+    end: int
+    deps: list[int] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------- public API
+def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
+         size: int | str = DEFAULT_SIZE, sketch: Sketch | str | dict[str, Any] | None = None,
+         time_limit_s: float = DEFAULT_TIME_LIMIT_S, seed: int = 0, workers: int = 1,
+         epoch_us: float | None = None, max_epochs: int = DEFAULT_MAX_EPOCHS, order_deps: str = "auto",
+         cpsat: str = "auto", progress: ProgressFunction | str | None = "auto") -> Schedule:
+    """Time-indexed schedule for allgather, alltoall, reduce-scatter or allreduce (see the module notes).
+
+    Parameters
+    ----------
+    topology : Topology
+    kind : Kind
+    chunks : int, optional
+        Chunks C per buffer (a multiple of N); default the sketch's ``chunks``, else N, or 2N when a
+        gpu's share takes over 10x the route latency on the slowest link (bandwidth-bound sizes).
+    size : int or str
+        Message size in bytes (nccl-tests n) the epochs are cut for; ``"64KiB"`` is accepted.
+    sketch : Sketch, dict or path, optional
+        Restrictions (:mod:`synth.sketch`).
+    time_limit_s : float
+        CP-SAT budget in deterministic seconds per solve (allreduce runs two solves of half each).
+    seed, workers : int
+        CP-SAT random seed and number of workers.
+    epoch_us : float, optional
+        Epoch length; overrides the sketch's and the automatic choice.
+    max_epochs : int
+        Largest horizon accepted when the epoch length is chosen automatically.
+    order_deps : str
+        ``"auto"``, ``"link"`` or ``"none"`` (see the module notes).
+    cpsat : str
+        ``"auto"`` runs CP-SAT unless the greedy start already meets the lower bound or the model has
+        more than ``VARIABLES_PER_SECOND`` x ``time_limit_s`` variables (it would not finish presolve);
+        ``"always"`` runs it whenever the greedy is not proven optimal; ``"never"`` keeps the greedy.
+    progress : callable, "auto" or None
+        Progress reporting.
+
+    Raises
+    ------
+    InfeasibleError
+        The sketch leaves a gpu unreachable, or no schedule fits its horizon.
+    LimitError
+        The model would exceed ``SYNTH_MAX_MILP_VARIABLES``/``CONSTRAINTS`` even at the coarsest epoch.
+    """
+    from synth.units import parse_size
+
+    if kind not in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.REDUCESCATTER, Kind.ALLREDUCE):
+        raise NotApplicable(f"milp does allgather, alltoall, reducescatter and allreduce, not {kind}")
+    size_bytes = parse_size(size, "size")
+    if size_bytes <= 0:
+        raise InputError("", "size", f"expected a positive number of bytes, got {size!r}")
+    plan_sketch = load_sketch(sketch)
+    if plan_sketch.chunks is not None and chunks is not None and plan_sketch.chunks != chunks:
+        raise InputError(plan_sketch.source, "chunks", f"the sketch fixes chunks={plan_sketch.chunks} but "
+                         f"chunks={chunks} was passed")
+    chunk_count = chunks if chunks is not None else plan_sketch.chunks
+    n = topology.num_ranks
+    coll = make_collective(topology, kind, chunk_count, root, default_chunks=n * _default_chunks_per_rank(
+        topology, size_bytes))
+    if coll.chunks % n:
+        raise InputError(plan_sketch.source if chunks is None else "", "chunks",
+                         f"milp needs chunks to be a multiple of the gpu count {n}, got {coll.chunks}")
+    if order_deps not in ("auto", "link", "none"):
+        raise InputError("", "order_deps", f"expected auto, link or none, got {order_deps!r}")
+    if cpsat not in ("auto", "always", "never"):
+        raise InputError("", "cpsat", f"expected auto, always or never, got {cpsat!r}")
+    _check_number(time_limit_s, "time_limit_s", positive=True)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError("", "workers", f"expected a positive integer, got {workers!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError("", "seed", f"expected an integer, got {seed!r}")
+    if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
+        raise InputError("", "max_epochs", f"expected a positive integer, got {max_epochs!r}")
+    if epoch_us is not None:
+        _check_number(epoch_us, "epoch_us", positive=True)
+    reporter, closer = _reporter(progress, kind)
+    settings = _Settings(size_bytes, plan_sketch, time_limit_s, seed, workers,
+                         epoch_us if epoch_us is not None else plan_sketch.epoch_us, max_epochs, reporter, cpsat)
+    try:
+        return _synthesize(topology, coll, settings, order_deps)
+    finally:
+        closer()
+
+
+def _default_chunks_per_rank(topology: Topology, size: int) -> int:
+    """2 when a gpu's share takes over 10 x the largest route latency on the slowest link (bandwidth
+    dominates, and a second chunk per gpu lets transfers pipeline), else 1."""
+    from synth.algorithms.utils import route
+
+    slowest = min(float(d["bandwidth"]) for _, _, d in topology.graph.edges(data=True))
+    share_us = size / topology.num_ranks / (slowest * 1e3)
+    latency = max(topology.path_latency(route(topology, 0, dst)) for dst in range(1, topology.num_ranks))
+    return 2 if share_us > 10 * latency else 1
+
+
+@dataclass
+class _Settings:
+    size: int
+    sketch: Sketch
+    time_limit_s: float
+    seed: int
+    workers: int
+    epoch_us: float | None
+    max_epochs: int
+    report: ProgressFunction | None
+    cpsat: str = "auto"
+
+
+def _check_number(value: Any, name: str, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or \
+            (positive and value <= 0):
+        raise InputError("", name, f"expected a positive number, got {value!r}")
+
+
+def _synthesize(topology: Topology, coll: Collective, settings: _Settings, order_deps: str) -> Schedule:
+    kind = coll.kind
+    chunk_bytes = settings.size / coll.chunks
+    phases: list[tuple[str, PhaseResult]] = []
+    if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+        result = _solve_phase(topology, coll, settings, chunk_bytes, multicast=kind == Kind.ALLGATHER,
+                              reverse=False, time_limit_s=settings.time_limit_s)
+        phases.append((kind.value, result))
+        planned = _forward_transfers(result, coll)
+    else:
+        budget = settings.time_limit_s if kind == Kind.REDUCESCATTER else settings.time_limit_s / 2
+        transposed = _transpose(topology)
+        reduce_phase = _solve_phase(transposed, coll, settings, chunk_bytes, multicast=True, reverse=True,
+                                    time_limit_s=budget)
+        phases.append(("reducescatter", reduce_phase))
+        planned, tails = _reversed_transfers(reduce_phase, coll)
+        if kind == Kind.ALLREDUCE:
+            gather_phase = _solve_phase(topology, coll, settings, chunk_bytes, multicast=True, reverse=False,
+                                        time_limit_s=budget)
+            phases.append(("allgather", gather_phase))
+            planned += _forward_transfers(gather_phase, coll, offset=reduce_phase.plan.makespan,
+                                          after=tails, base=len(planned))
+    variants = ["link", "none"] if order_deps == "auto" else [order_deps]
+    best: tuple[float, str, Schedule] | None = None
+    for variant in variants:
+        schedule = _assemble(topology, coll, planned, phases, settings, variant)
+        if len(variants) == 1:
+            return schedule
+        from synth.evaluate import simulate_flow
+
+        seconds = simulate_flow(schedule, topology, settings.size)
+        if best is None or seconds < best[0] * (1 - 1e-9):
+            best = (seconds, variant, schedule)
+    assert best is not None
+    return best[2]
+
+
+# ---------------------------------------------------------------------------------------- phases
+def _items(coll: Collective, multicast: bool) -> list[Item]:
+    n = coll.num_ranks
+    per = coll.chunks_per_rank
+    if multicast:
+        return [Item(c, c // per, tuple(r for r in range(n) if r != c // per)) for c in range(coll.chunks)]
+    items = []
+    for origin in range(n):
+        for dst in range(n):
+            if dst == origin:
+                continue
+            for j in range(per):
+                items.append(Item(origin * coll.chunks + dst * per + j, origin, (dst,)))
+    return items
+
+
+def _chunk_rotation(coll: Collective, rotation: list[int], multicast: bool) -> dict[int, int]:
+    per = coll.chunks_per_rank
+    if multicast:
+        return {c: rotation[c // per] * per + c % per for c in range(coll.chunks)}
+    mapping = {}
+    for origin in range(coll.num_ranks):
+        for local in range(coll.chunks):
+            dst, j = divmod(local, per)
+            mapping[origin * coll.chunks + local] = rotation[origin] * coll.chunks + rotation[dst] * per + j
+    return mapping
+
+
+def _solve_phase(topology: Topology, coll: Collective, settings: _Settings, chunk_bytes: float, multicast: bool,
+                 reverse: bool, time_limit_s: float) -> PhaseResult:
+    started = time.perf_counter()
+    sketch = settings.sketch
+    links = logical_links(topology, sketch)
+    rotation = rotation_of(topology, sketch, links) if sketch.symmetry == "rotate-boxes" else None
+    items = _items(coll, multicast)
+    chunk_map = _chunk_rotation(coll, rotation, multicast) if rotation else None
+    label = "reducescatter" if reverse else ("allgather" if multicast else "alltoall")
+    requests = sum(len(item.targets) for item in items)
+    limits.check("max_milp_variables", requests * len(links) / GREEDY_WORK_PER_VARIABLE,
+                 f"milp {label} on {topology.name} ({requests:,} deliveries over {len(links):,} links, "
+                 "greedy routing)", hint="use a sketch (relays, pairing, intra_box) or fewer chunks")
+    if settings.report:
+        settings.report(Progress("greedy", label, message="choosing epochs and a greedy start"))
+    scorer = _Scorer(coll, settings.size, multicast)
+    instance, plan = _choose_epoch(topology, links, items, multicast, chunk_bytes, settings, reverse,
+                                   rotation, chunk_map, scorer)
+    boxes = sketch.boxes(topology)
+    groups = [[r for r in range(topology.num_ranks) if boxes[r] == b] for b in sorted(set(boxes))] if boxes else []
+    bound = instance.lower_bound(groups)
+    lower = min(bound, plan.makespan) if plan is not None else bound
+    horizon = plan.makespan if plan is not None else (sketch.epochs or 0)
+    if sketch.epochs is not None and horizon > sketch.epochs:
+        horizon = sketch.epochs
+        plan = None
+    if horizon < bound:
+        raise InfeasibleError(
+            f"the sketch allows {sketch.epochs} epochs of {instance.epoch_us:.4g} us on {topology.name}, but no "
+            f"schedule can finish in fewer than {bound} (delays and link capacities); raise 'epochs'")
+    variables, constraints = _model_size(instance, horizon)
+    if plan is not None and plan.makespan <= lower:
+        result = PhaseResult(instance, plan, plan.makespan, "optimal (greedy meets the bound)", variables,
+                             constraints)
+    elif plan is not None and settings.cpsat == "never":
+        result = PhaseResult(instance, plan, lower, "greedy (cpsat=never)", variables, constraints)
+    elif plan is not None and settings.cpsat == "auto" and variables > VARIABLES_PER_SECOND * time_limit_s:
+        # CP-SAT cannot even finish presolve on a model this size within the budget: keep the greedy
+        # plan and the combinatorial bound rather than spend the time for nothing
+        result = PhaseResult(instance, plan, lower, f"greedy (the {variables:,}-variable model is too large for "
+                             f"CP-SAT in {time_limit_s:g} s: raise time_limit_s or use a sketch)", variables,
+                             constraints)
+    else:
+        limits.check_milp(variables, constraints, f"milp {label} on {topology.name} ({horizon} epochs of "
+                          f"{instance.epoch_us:.4g} us, {len(items)} chunks, {len(links)} links)",
+                          hint="use a sketch (relays, symmetry), fewer chunks or a longer epoch_us")
+        result = _solve_cpsat(instance, horizon, lower, plan, settings, label, time_limit_s, variables,
+                              constraints)
+        if plan is not None and result.plan is not plan:
+            # the epoch model is coarse: keep the greedy start if it simulates faster
+            if scorer.seconds(instance, plan) < scorer.seconds(instance, result.plan) * (1 - 1e-9):
+                result.info["origin"] = "greedy"
+                result.status = (f"greedy (simulates faster than the cp-sat plan of {result.plan.makespan} "
+                                 f"epochs, {result.status})")
+                result.plan = plan
+                result.lower_bound = min(result.lower_bound, plan.makespan)
+    result.info["solve_s"] = time.perf_counter() - started
+    if settings.report:
+        settings.report(Progress("done", label, result.plan.makespan, result.lower_bound,
+                                 time.perf_counter() - started, result.status))
+    return result
+
+
+class _Scorer:
+    """Simulated seconds (flow model, best of the dependency variants) of one phase's plan, as the
+    forward schedule on the instance's topology: the yardstick for epochs and greedy orders."""
+
+    def __init__(self, coll: Collective, size: int, multicast: bool) -> None:
+        kind = Kind.ALLGATHER if multicast else Kind.ALLTOALL
+        self.collective = Collective(kind, coll.num_ranks, coll.chunks)
+        self.size = size
+        self.cache: dict[int, float] = {}
+
+    def seconds(self, instance: Instance, plan: Plan) -> float:
+        from synth.evaluate import simulate_flow
+
+        key = id(plan)
+        if key not in self.cache:
+            result = PhaseResult(instance, plan, 0, "", 0, 0)
+            planned = _forward_transfers(result, self.collective)
+            best = math.inf
+            for variant in ("link", "none"):
+                schedule = _build(instance.topology, self.collective, planned, [("", result)], variant,
+                                  self.size, {})
+                best = min(best, simulate_flow(schedule, instance.topology, self.size))
+            self.cache[key] = best
+        return self.cache[key]
+
+
+def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item], multicast: bool,
+                  chunk_bytes: float, settings: _Settings, reverse: bool, rotation: list[int] | None,
+                  chunk_map: dict[int, int] | None, scorer: _Scorer) -> tuple[Instance, Plan | None]:
+    """Pick the epoch length: the given one, or the candidate whose greedy plan simulates fastest among
+    those within ``max_epochs`` and the variable limit."""
+    def make(epoch: float) -> Instance:
+        return build_instance(topology, links, items, multicast, chunk_bytes, epoch, serial_fanout=reverse,
+                              rotation=rotation, chunk_rotation=chunk_map, spread=spread)
+
+    spread = list(settings.sketch.local_index(topology) or range(topology.num_ranks))
+
+    horizon = settings.sketch.epochs or 100_000
+    if settings.epoch_us is not None:
+        instance = make(settings.epoch_us)
+        return instance, _best_plan(instance, horizon, scorer)
+    times = [link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links]
+    fastest, slowest = min(times), max(times)
+    limit = limits.limit_value("max_milp_variables")
+    best: tuple[float, Instance, Plan] | None = None
+    fallback: tuple[Instance, Plan | None] | None = None
+    for factor in EPOCH_FACTORS:
+        epoch = fastest * factor
+        instance = make(epoch)
+        plan = best_greedy(instance, horizon, orders=("interleave",))
+        if plan is None:
+            fallback = fallback or (instance, None)
+        else:
+            variables, _ = _model_size(instance, plan.makespan)
+            if plan.makespan <= settings.max_epochs and variables <= limit:
+                score = scorer.seconds(instance, plan)
+                if best is None or score < best[0] * (1 - 1e-9):
+                    best = (score, instance, plan)
+            elif fallback is None or fallback[1] is None or variables < _model_size(fallback[0], fallback[1].makespan)[0]:
+                fallback = (instance, plan)
+        if epoch >= slowest * 1.01:
+            break
+    if best is not None:
+        instance = best[1]
+        return instance, _best_plan(instance, horizon, scorer, best[2])
+    assert fallback is not None
+    return fallback
+
+
+def _best_plan(instance: Instance, horizon: int, scorer: _Scorer, known: Plan | None = None) -> Plan | None:
+    """The greedy order whose plan simulates fastest (``known``: the interleave plan, already made)."""
+    best: tuple[float, Plan] | None = (scorer.seconds(instance, known), known) if known is not None else None
+    for order in ("near", "item") if known is not None else ("interleave", "near", "item"):
+        plan = best_greedy(instance, horizon, orders=(order,))
+        if plan is not None:
+            seconds = scorer.seconds(instance, plan)
+            if best is None or seconds < best[0] * (1 - 1e-9):
+                best = (seconds, plan)
+    return best[1] if best else None
+
+
+def _model_size(instance: Instance, horizon: int) -> tuple[int, int]:
+    """Variables and constraints the CP-SAT model would have for ``horizon`` epochs (before symmetry)."""
+    sends = 0
+    haves = 0
+    for index, item in enumerate(instance.items):
+        if instance.representative[index][0] != index:
+            continue  # under symmetry a rotated item shares its representative's variables
+        dist = instance.dist[item.source]
+        for link_index, link in enumerate(instance.links):
+            if link.dst == item.source:
+                continue
+            if not instance.multicast and link.src in item.targets:
+                continue
+            last = horizon - instance.delay[link_index]
+            if not instance.multicast:
+                last -= instance.dist[link.dst][item.targets[0]]
+            sends += max(0, last - dist[link.src] + 1)
+        haves += sum(max(0, horizon - dist[v] + 1) for v in range(instance.num_ranks) if v != item.source)
+    orbit = len(instance.item_image)
+    constraints = orbit * (2 * haves + sends) + len(instance.edges) * horizon + horizon
+    return sends + haves + horizon, constraints
+
+
+# ---------------------------------------------------------------------------------------- CP-SAT
+def _solve_cpsat(instance: Instance, horizon: int, lower: int, plan: Plan | None, settings: _Settings, label: str,
+                 time_limit_s: float, variables: int, constraints: int) -> PhaseResult:
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    items = instance.items
+    links = instance.links
+    delay = instance.delay
+    n = instance.num_ranks
+    representative = instance.representative
+    link_image = instance.link_image
+    rank_image = instance.rank_image
+
+    send_vars: dict[tuple[int, int, int], Any] = {}
+    have_vars: dict[tuple[int, int, int], Any] = {}
+
+    def send_key(item: int, link: int, epoch: int) -> tuple[int, int, int]:
+        rep, power = representative[item]
+        return (rep, link_image[power][link], epoch)
+
+    def have_key(item: int, rank: int, epoch: int) -> tuple[int, int, int]:
+        rep, power = representative[item]
+        return (rep, rank_image[power][rank], epoch)
+
+    def send(item: int, link: int, epoch: int) -> Any:
+        key = send_key(item, link, epoch)
+        var = send_vars.get(key)
+        if var is None:
+            var = model.NewBoolVar(f"s{key}")
+            send_vars[key] = var
+        return var
+
+    def have(item: int, rank: int, epoch: int) -> Any:
+        key = have_key(item, rank, epoch)
+        var = have_vars.get(key)
+        if var is None:
+            var = model.NewBoolVar(f"h{key}")
+            have_vars[key] = var
+        return var
+
+    # which sends exist: (item, link) -> range of epochs
+    send_epochs: dict[tuple[int, int], range] = {}
+    for i, item in enumerate(items):
+        dist = instance.dist[item.source]
+        for link_index, link in enumerate(links):
+            if link.dst == item.source:
+                continue
+            if not instance.multicast and link.src in item.targets:
+                continue
+            last = horizon - delay[link_index]
+            if not instance.multicast:
+                last -= instance.dist[link.dst][item.targets[0]]
+            first = dist[link.src]
+            if last >= first:
+                send_epochs[(i, link_index)] = range(first, last + 1)
+    arrivals: dict[tuple[int, int], dict[int, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    load: list[dict[int, list[Any]]] = [defaultdict(list) for _ in instance.edges]
+    fanout: dict[tuple[int, int], dict[int, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for (i, link_index), epochs in send_epochs.items():
+        link = links[link_index]
+        for epoch in epochs:
+            var = send(i, link_index, epoch)
+            arrivals[(i, link.dst)][epoch + delay[link_index]].append(var)
+            for edge in link.hops:
+                load[edge][epoch].append(var)
+            if instance.serial_fanout:
+                for busy in range(epoch, epoch + delay[link_index]):
+                    fanout[(i, link.src)][busy].append(var)
+            if link.src != items[i].source:
+                model.AddImplication(var, have(i, link.src, epoch))
+
+    targets_of = [set(item.targets) for item in items]
+    secondary_terms: list[Any] = []
+    secondary_max = 0
+    for i, item in enumerate(items):
+        for v in range(n):
+            if v == item.source:
+                continue
+            incoming = arrivals.get((i, v), {})
+            first = instance.dist[item.source][v]
+            if not incoming:
+                if v in targets_of[i]:
+                    raise InfeasibleError(f"milp {label}: rank {v} cannot receive chunk {item.chunk} within "
+                                          f"{horizon} epochs")
+                continue
+            previous = None
+            for epoch in range(first, horizon + 1):
+                current = have(i, v, epoch)
+                terms = incoming.get(epoch, [])
+                if previous is None:
+                    model.Add(current == sum(terms))
+                else:
+                    model.Add(current == previous + sum(terms))
+                previous = current
+                if v in targets_of[i] and epoch < horizon:
+                    secondary_terms.append(current)
+                    secondary_max += 1
+            if v in targets_of[i]:
+                model.Add(previous == 1)
+    defined = {have_key(i, v, epoch) for i, item in enumerate(items) for v in range(n) if v != item.source
+               and arrivals.get((i, v)) for epoch in range(instance.dist[item.source][v], horizon + 1)}
+    for key, var in have_vars.items():
+        if key not in defined:  # no arrival can make it true (cannot happen with the pruning above; a guard)
+            model.Add(var == 0)
+    for edge, per_epoch in enumerate(load):
+        width, limit = instance.window[edge], instance.cap[edge]
+        if not per_epoch:
+            continue
+        epochs = sorted(per_epoch)
+        for start in range(epochs[0] - width + 1, epochs[-1] + 1):
+            terms = [var for e in range(start, start + width) for var in per_epoch.get(e, ())]
+            if len(terms) > limit:
+                model.Add(sum(terms) <= limit)
+    for per_epoch in fanout.values():
+        for terms in per_epoch.values():
+            if len(terms) > 1:
+                model.AddAtMostOne(terms)
+    done = {}
+    for epoch in range(lower, horizon):
+        done[epoch] = model.NewBoolVar(f"done{epoch}")
+        for i, item in enumerate(items):
+            for t in item.targets:
+                model.AddImplication(done[epoch], have(i, t, epoch))
+        if epoch > lower:
+            model.AddImplication(done[epoch - 1], done[epoch])
+    makespan_expr = (horizon - lower) - sum(done.values())          # epochs beyond the lower bound
+    secondary = secondary_max - sum(secondary_terms)                  # epochs items are still travelling
+    if not instance.multicast:
+        secondary += sum(send_vars.values())                          # fewer relay hops
+    model.Minimize(makespan_expr)
+    hinted = plan is not None and _hint(model, instance, plan, horizon, send_vars, have_vars, send_key, have_key, done)
+
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.max_time_in_seconds = float(time_limit_s) * WALL_FACTOR + WALL_SLACK_S
+    params.random_seed = settings.seed
+    params.num_workers = settings.workers
+    params.symmetry_level = 1  # the full symmetry search costs seconds of presolve on these models
+    if settings.workers > 1:
+        params.interleave_search = True
+    started = time.perf_counter()
+
+    class _Callback(cp_model.CpSolverSolutionCallback):
+        def __init__(self, stage: int) -> None:
+            super().__init__()
+            self.stage = stage
+
+        def on_solution_callback(self) -> None:
+            if settings.report:
+                if self.stage == 1:
+                    best, bound = lower + round(self.ObjectiveValue()), lower + math.ceil(self.BestObjectiveBound() - 1e-9)
+                else:
+                    best, bound = None, None
+                settings.report(Progress("solve", label, best, bound, time.perf_counter() - started,
+                                         "makespan" if self.stage == 1 else "earlier arrivals"))
+
+    # stage 1: the fewest epochs (the proven gap is about this); stage 2: earliest arrivals at that makespan
+    params.max_deterministic_time = float(time_limit_s) * STAGE_ONE_SHARE
+    status = solver.Solve(model, _Callback(1) if settings.report else None)
+    spent = solver.deterministic_time
+    name = solver.StatusName(status)
+    stopped_by = ""
+    if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and spent < params.max_deterministic_time * 0.999:
+        # the wall-clock safety cap fired first (a loaded machine): what the solver reached depends on
+        # timing, so keep only the deterministic greedy start and the (still valid) bound
+        stopped_by = "wall-clock"
+    if status == cp_model.INFEASIBLE:
+        raise InfeasibleError(f"milp {label} on {instance.topology.name}: no schedule fits {horizon} epochs of "
+                              f"{instance.epoch_us:.4g} us under the sketch (proven by CP-SAT)")
+    bound = lower
+    best = plan
+    origin = "greedy"
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and not stopped_by:
+        bound = max(lower, lower + math.ceil(solver.BestObjectiveBound() - 1e-9))
+        makespan = lower + round(solver.ObjectiveValue())
+
+        def read() -> list[Send]:
+            found = [Send(i, link_index, epoch)
+                     for (i, link_index), epochs in send_epochs.items() for epoch in epochs
+                     if solver.BooleanValue(send(i, link_index, epoch))]
+            return sorted(found, key=lambda s: (s.epoch, s.link, s.item))
+
+        found = read()
+        if best is None or makespan < best.makespan or (makespan == best.makespan and
+                                                         _arrival_sum(instance, found) <= best.arrival_sum):
+            best = Plan(found, makespan, _arrival_sum(instance, found), "cp-sat")
+            origin = "cp-sat"
+        remaining = min(float(time_limit_s) - spent, float(time_limit_s) * STAGE_TWO_SHARE)
+        if remaining > 0.02 * time_limit_s:
+            model.Add(makespan_expr <= best.makespan - lower)
+            model.Minimize(secondary)
+            model.ClearHints()
+            _hint(model, instance, best, horizon, send_vars, have_vars, send_key, have_key, done)
+            params.max_deterministic_time = remaining
+            second = solver.Solve(model, _Callback(2) if settings.report else None)
+            if second in (cp_model.OPTIMAL, cp_model.FEASIBLE) and \
+                    (second == cp_model.OPTIMAL or solver.deterministic_time >= remaining * 0.999):
+                found = read()
+                arrivals = _arrival_sum(instance, found)
+                if arrivals <= best.arrival_sum:
+                    best = Plan(found, best.makespan, arrivals, "cp-sat")
+                    origin = "cp-sat"
+            elif second not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
+                pass
+            else:
+                stopped_by = stopped_by or ("wall-clock" if second != cp_model.OPTIMAL else "")
+    if best is None:
+        raise InfeasibleError(f"milp {label} on {instance.topology.name}: no schedule within {horizon} epochs was "
+                              f"found in {time_limit_s:g} s (not proven impossible; raise time_limit_s or epochs)")
+    bound = max(lower, min(bound, best.makespan))
+    if best.makespan <= bound:
+        state = "optimal"
+    else:
+        state = f"{origin}, {name.lower()}" + (", stopped by the wall-clock cap" if stopped_by else "")
+    result = PhaseResult(instance, best, bound, state, len(send_vars) + len(have_vars) + len(done),
+                         len(model.Proto().constraints), stopped_by)
+    result.info.update({"hinted": hinted, "solver_status": name, "origin": origin})
+    return result
+
+
+def _hint(model: Any, instance: Instance, plan: Plan, horizon: int, send_vars: dict[tuple[int, int, int], Any],
+          have_vars: dict[tuple[int, int, int], Any], send_key: Callable[..., tuple[int, int, int]],
+          have_key: Callable[..., tuple[int, int, int]], done: dict[int, Any]) -> bool:
+    """Give CP-SAT the plan as a complete hint (a plan that breaks the sketch's symmetry is not given)."""
+    if instance.rotation is not None and not instance.plan_is_symmetric(plan):
+        return False
+    chosen = {send_key(s.item, s.link, s.epoch) for s in plan.sends}
+    for key, var in send_vars.items():
+        model.AddHint(var, key in chosen)
+    arrival = _arrivals(instance, plan.sends)
+    held = {}
+    for (item, rank), epoch in arrival.items():
+        held[have_key(item, rank, 0)[:2]] = epoch
+    for key, var in have_vars.items():
+        got = held.get(key[:2])
+        model.AddHint(var, got is not None and got <= key[2])
+    for epoch, var in done.items():
+        model.AddHint(var, epoch >= plan.makespan)
+    return True
+
+
+def _arrivals(instance: Instance, sends: list[Send]) -> dict[tuple[int, int], int]:
+    result: dict[tuple[int, int], int] = {}
+    for s in sends:
+        key = (s.item, instance.links[s.link].dst)
+        arrival = s.epoch + instance.delay[s.link]
+        result[key] = min(result.get(key, arrival), arrival)
+    return result
+
+
+def _arrival_sum(instance: Instance, sends: list[Send]) -> int:
+    arrival = _arrivals(instance, sends)
+    return sum(arrival.get((i, t), 0) for i, item in enumerate(instance.items) for t in item.targets)
+
+
+# ----------------------------------------------------------------------------------- to schedules
+def _forward_transfers(result: PhaseResult, coll: Collective, offset: int = 0,
+                       after: dict[int, int] | None = None, base: int = 0) -> list[_Planned]:
+    """Copies in planned order; a copy from a non-source waits for the copy that delivered the chunk.
+    ``after`` maps chunk -> planned index the source must wait for (allreduce: its reduction)."""
+    instance = result.instance
+    planned: list[_Planned] = []
+    delivered: dict[tuple[int, int], int] = {}
+    for s in sorted(result.plan.sends, key=lambda s: (s.epoch, s.link, s.item)):
+        item = instance.items[s.item]
+        link = instance.links[s.link]
+        deps = []
+        if link.src != item.source:
+            deps.append(delivered[(s.item, link.src)])
+        elif after is not None and item.chunk in after:
+            deps.append(after[item.chunk])
+        index = base + len(planned)
+        planned.append(_Planned(link.src, link.dst, item.chunk, link.path, COPY, offset + s.epoch,
+                                offset + s.epoch + instance.delay[s.link], deps))
+        delivered[(s.item, link.dst)] = index
+    return planned
+
+
+def _reversed_transfers(result: PhaseResult, coll: Collective) -> tuple[list[_Planned], dict[int, int]]:
+    """Reduce-scatter as the time-reversed allgather (solved on the transposed topology): every copy
+    a -> b of chunk c at epochs [k, k+d) becomes a reduce b -> a at [K-k-d, K-k). Reduces into one cell
+    are chained in time order; a gpu sends its partial value after the last reduce into it."""
+    instance = result.instance
+    horizon = result.plan.makespan
+    raw = []
+    for s in result.plan.sends:
+        item = instance.items[s.item]
+        link = instance.links[s.link]
+        start = horizon - s.epoch - instance.delay[s.link]
+        raw.append((start, horizon - s.epoch, link.dst, link.src, item.chunk, tuple(reversed(link.path))))
+    raw.sort(key=lambda r: (r[0], r[1], r[4], r[2], r[3]))
+    planned = [_Planned(src, dst, chunk, path, REDUCE, start, end) for start, end, src, dst, chunk, path in raw]
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for index, t in enumerate(planned):
+        into[(t.dst, t.chunk)].append(index)
+    tails: dict[tuple[int, int], int] = {}
+    for cell, indices in into.items():
+        indices.sort(key=lambda i: (planned[i].start, planned[i].end, i))
+        for before, current in zip(indices, indices[1:], strict=False):
+            planned[current].deps.append(before)
+        tails[cell] = indices[-1]
+    for t in planned:
+        tail = tails.get((t.src, t.chunk))
+        if tail is not None:
+            t.deps.append(tail)
+    per = coll.chunks_per_rank
+    finished = {chunk: tails[(chunk // per, chunk)] for chunk in range(coll.chunks) if (chunk // per, chunk) in tails}
+    return planned, finished
+
+
+def _transpose(topology: Topology) -> Topology:
+    """The same network with every link reversed (for the reduce-scatter phase)."""
+    return Topology(name=topology.name, graph=nx.freeze(topology.graph.reverse(copy=True)), gpus=topology.gpus,
+                    description=topology.description, boxes=topology.boxes, dimensions=topology.dimensions,
+                    metadata=topology.metadata)
+
+
+def _order_by_link(planned: list[_Planned], phases: list[tuple[str, PhaseResult]], chunk_bytes: float,
+                   topology: Topology) -> list[list[int]]:
+    """Extra deps that keep the transfers on each contended physical link in their planned order.
+
+    A contended link (one the plan fills to capacity somewhere) gets L lanes: its transfers, sorted by
+    planned start, are dealt to the lanes in turn and each waits for the previous one in its lane.
+    L is the plan's parallelism on the link, and at least α/(chunk time) of the slowest route using
+    it, so that a chain does not idle the link while each transfer pays its latency.
+    """
+    contended: dict[tuple[str, str], int] = {}
+    for _, result in phases:
+        instance = result.instance
+        usage: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for s in result.plan.sends:
+            for edge in instance.links[s.link].hops:
+                usage[edge][s.epoch] += 1
+        for edge, per_epoch in usage.items():
+            width, limit = instance.window[edge], instance.cap[edge]
+            if any(sum(per_epoch.get(e, 0) for e in range(epoch, epoch + width)) >= limit for epoch in per_epoch):
+                u, v = instance.edges[edge]
+                parallel = max(1, math.ceil(limit / width))
+                contended[(u, v)] = max(contended.get((u, v), 1), parallel)
+                contended[(v, u)] = max(contended.get((v, u), 1), parallel)  # as seen from a transposed phase
+    if not contended:
+        return [[] for _ in planned]
+    on_link: dict[tuple[str, str], list[int]] = defaultdict(list)
+    alpha: dict[tuple[str, str], float] = defaultdict(float)
+    for index, t in enumerate(planned):
+        latency = None
+        for hop in zip(t.path, t.path[1:], strict=False):
+            if hop in contended:
+                on_link[hop].append(index)
+                if latency is None:
+                    latency = topology.path_latency(t.path)
+                alpha[hop] = max(alpha[hop], latency)
+    extra: list[set[int]] = [set() for _ in planned]
+    for hop, indices in on_link.items():
+        seconds_per_chunk = chunk_bytes / (topology.bandwidth(*hop) * 1e3)  # microseconds
+        in_flight = math.floor((alpha[hop] + seconds_per_chunk) / seconds_per_chunk + 0.5) if seconds_per_chunk else 1
+        lanes = max(contended[hop], in_flight)
+        indices.sort(key=lambda i: (planned[i].start, planned[i].end, i))
+        for position in range(lanes, len(indices)):
+            extra[indices[position]].add(indices[position - lanes])
+    return [sorted(e) for e in extra]
+
+
+def _build(topology: Topology, coll: Collective, planned: list[_Planned], phases: list[tuple[str, PhaseResult]],
+           variant: str, size: int, params: dict[str, Any]) -> Schedule:
+    """Number the planned transfers in planned-time order and make the schedule."""
+    chunk_bytes = size / coll.chunks
+    extra = _order_by_link(planned, phases, chunk_bytes, topology) if variant == "link" else [[] for _ in planned]
+    order = sorted(range(len(planned)), key=lambda i: (planned[i].start, planned[i].end, i))
+    new_id = {old: new for new, old in enumerate(order)}
+    builder = ScheduleBuilder(coll, topology.name, topology.gpus, "milp", params)
+    for old in order:
+        t = planned[old]
+        deps = {new_id[d] for d in t.deps} | {new_id[d] for d in extra[old]}
+        builder.add(t.src, t.dst, t.chunk, t.path, t.op, deps)
+    return builder.build()
+
+
+def _assemble(topology: Topology, coll: Collective, planned: list[_Planned], phases: list[tuple[str, PhaseResult]],
+              settings: _Settings, variant: str) -> Schedule:
+    first = phases[0][1]
+    epochs = sum(result.plan.makespan for _, result in phases)
+    lower = sum(result.lower_bound for _, result in phases)
+    params: dict[str, Any] = {
+        "chunks": coll.chunks,
+        "size": settings.size,
+        "epoch_us": first.instance.epoch_us,
+        "epochs": epochs,
+        "lower_bound_epochs": lower,
+        "gap": (epochs - lower) / epochs if epochs else 0.0,
+        "status": "; ".join(f"{name}: {result.status}" for name, result in phases),
+        "origin": "; ".join(str(result.info.get("origin", "greedy")) for _, result in phases),
+        "solver": "CP-SAT",
+        "time_limit_s": settings.time_limit_s,
+        "seed": settings.seed,
+        "workers": settings.workers,
+        "order_deps": variant,
+        "variables": sum(result.variables for _, result in phases),
+        "sketch": settings.sketch.name or ("custom" if settings.sketch.to_dict() != load_sketch(None).to_dict()
+                                           else "none"),
+        "logical_links": len(first.instance.links),
+    }
+    stopped = [result.stopped_by for _, result in phases if result.stopped_by]
+    if stopped:
+        params["stopped_by"] = stopped[0]
+    if len(phases) > 1:
+        params["phases"] = {name: {"epochs": r.plan.makespan, "lower_bound_epochs": r.lower_bound,
+                                   "gap": r.gap, "status": r.status, "epoch_us": r.instance.epoch_us}
+                            for name, r in phases}
+    limits.check_transfers(len(planned), f"milp {coll.kind} on {topology.name}")
+    return _build(topology, coll, planned, phases, variant, settings.size, params)
+
+
+# ----------------------------------------------------------------------------------------- progress
+def _reporter(progress: ProgressFunction | str | None, kind: Kind) -> tuple[ProgressFunction | None, Callable[[], None]]:
+    if progress is None or progress is False:
+        return None, lambda: None
+    if callable(progress):
+        return progress, lambda: None
+    if progress != "auto":
+        raise InputError("", "progress", f"expected a callable, 'auto' or None, got {progress!r}")
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    status = console.status(f"milp {kind}: starting")
+    status.start()
+
+    def show(event: Progress) -> None:
+        if event.phase == "solve":
+            status.update(f"milp {event.collective}: best {event.best_epochs} epochs, bound {event.bound_epochs}, "
+                          f"{event.elapsed_s:.1f} s")
+        elif event.phase == "greedy":
+            status.update(f"milp {event.collective}: {event.message}")
+        else:
+            status.update(f"milp {event.collective}: {event.message} ({event.best_epochs} epochs)")
+
+    return show, status.stop
+
+
+__all__ = ["Progress", "milp"]

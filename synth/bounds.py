@@ -1,0 +1,260 @@
+"""Exact bandwidth bounds: the optimal allgather time on any topology and the cut that causes it.
+
+For allgather of M bytes (each of the N gpus owns M/N), ForestColl's cut bound is exact and reachable
+(:mod:`synth.algorithms.forest` builds schedules that meet it):
+
+    T* = (M/N) * max over cuts S of |S ∩ gpus| / B+(S)
+
+with B+(S) the bandwidth of the links leaving S. The maximizing S is the *bottleneck cut*: the gpus in S
+own |S ∩ gpus|/N of the data, all of which must leave S through B+(S) — the answer to "why is my fabric
+slow". Reduce-scatter has the same optimum on the reversed links, allreduce as reduce-scatter then
+allgather takes the sum of the two, and broadcast/reduce from one root are bounded by the root's
+smallest cut (max-flow from the root).
+
+Examples
+--------
+>>> from synth.library import load_topology
+>>> bound = optimal_bound(load_topology("switch:n=4"))
+>>> bound.rate_GBps, round(bound.algbw_GBps, 2), bound.cut_gpus
+(Fraction(50, 3), 66.67, ('gpu1', 'gpu2', 'gpu3'))
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from synth.algorithms.forest.bound import CutBound, cut_bound, lcd_trees, optimal_tree_counts, rate_with_trees
+from synth.algorithms.forest.network import Network
+from synth.algorithms.mcf import AlltoallBound
+from synth.collectives import Kind
+from synth.errors import InputError
+from synth.topology import Topology
+
+GIGA = 10**9
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The exact allgather optimum of a topology, the trees it needs and its bottleneck cut.
+
+    Attributes
+    ----------
+    topology : str
+        Topology name.
+    num_ranks : int
+        N, the number of gpus.
+    seconds_per_byte : Fraction
+        Optimal allgather time per byte of total output M (seconds = M * seconds_per_byte).
+    rate_GBps : Fraction
+        x* = B+(S) / |S ∩ gpus|: what each gpu's shard can stream at; algbw = N * x*.
+    algbw_GBps : float
+        Optimal allgather algbw (M / T*), GB/s.
+    reducescatter_algbw_GBps, allreduce_algbw_GBps : float
+        Optimal reduce-scatter algbw (the reversed links' allgather optimum) and allreduce as
+        reduce-scatter then allgather.
+    trees_per_root : int
+        k: the fewest out-trees per root that reach the optimum.
+    tree_unit_GBps : Fraction
+        g: the largest bandwidth that divides every link's bandwidth.
+    trees_per_unit : Fraction
+        U = k * g / x*: how many of the N*k trees one link of g GB/s carries (1/x* = U / (k g)).
+    cut_gpus, cut_switches : tuple of str
+        The bottleneck cut S: its gpus (rank order) and switches.
+    cut_egress_GBps : Fraction
+        B+(S).
+    cut_links : tuple of (str, str, float)
+        The links leaving S with their bandwidth (the bottleneck links).
+    flows : int
+        Max-flow calls spent on the bound.
+    seconds : float
+        Wall time spent.
+    """
+
+    topology: str
+    num_ranks: int
+    seconds_per_byte: Fraction
+    rate_GBps: Fraction
+    algbw_GBps: float
+    reducescatter_algbw_GBps: float
+    allreduce_algbw_GBps: float
+    trees_per_root: int
+    tree_unit_GBps: Fraction
+    trees_per_unit: Fraction
+    cut_gpus: tuple[str, ...]
+    cut_switches: tuple[str, ...]
+    cut_egress_GBps: Fraction
+    cut_links: tuple[tuple[str, str, float], ...]
+    flows: int
+    seconds: float
+
+    @property
+    def outside_gpus(self) -> int:
+        """Number of gpus outside the bottleneck cut."""
+        return self.num_ranks - len(self.cut_gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; exact fractions are strings like ``"65/3"``."""
+        return {
+            "topology": self.topology, "gpus": self.num_ranks,
+            "allgather_seconds_per_byte": str(self.seconds_per_byte),
+            "rate_per_gpu_GBps": str(self.rate_GBps),
+            "allgather_algbw_GBps": self.algbw_GBps,
+            "reducescatter_algbw_GBps": self.reducescatter_algbw_GBps,
+            "allreduce_algbw_GBps": self.allreduce_algbw_GBps,
+            "trees_per_root": self.trees_per_root, "tree_unit_GBps": str(self.tree_unit_GBps),
+            "trees_per_unit": str(self.trees_per_unit),
+            "cut": {"gpus": list(self.cut_gpus), "switches": list(self.cut_switches),
+                    "egress_GBps": str(self.cut_egress_GBps),
+                    "links": [{"src": u, "dst": v, "bandwidth": b} for u, v, b in self.cut_links]},
+            "flows": self.flows, "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class LimitedTrees:
+    """The best allgather rate with at most K trees per root and its gap: the percentage of the optimal
+    algbw it loses."""
+
+    max_trees_per_root: int
+    trees_per_root: int
+    rate_GBps: Fraction
+    algbw_GBps: float
+    gap_percent: float
+
+
+_CACHE: OrderedDict[tuple[int, bool, int | None], tuple[Topology, CutBound, Network]] = OrderedDict()
+
+
+def _cut(topology: Topology, reverse: bool = False, root: int | None = None) -> tuple[CutBound, Network]:
+    """The exact cut bound (memoized per topology object, direction and root)."""
+    key = (id(topology), reverse, root)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is topology:
+        return hit[1], hit[2]
+    net = Network.from_topology(topology, reverse=reverse)
+    weights = [1] * topology.num_ranks if root is None else [int(r == root) for r in topology.ranks]
+    bound = cut_bound(net, weights)
+    _CACHE[key] = (topology, bound, net)
+    while len(_CACHE) > 16:
+        _CACHE.popitem(last=False)
+    return bound, net
+
+
+def _fraction_gcd(values: list[Fraction]) -> Fraction:
+    denominator = math.lcm(*(v.denominator for v in values))
+    return Fraction(math.gcd(*(int(v * denominator) for v in values)), denominator)
+
+
+def optimal_bound(topology: Topology) -> Bound:
+    """The exact optimal allgather time, the trees it needs, and the bottleneck cut.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> b = optimal_bound(load_topology("ndv2:boxes=2"))
+    >>> b.algbw_GBps, b.trees_per_root, b.cut_egress_GBps, len(b.cut_gpus)
+    (25.0, 1, Fraction(25, 2), 8)
+    """
+    started = time.perf_counter()
+    gather, net = _cut(topology)
+    scatter, _ = _cut(topology, reverse=True)
+    n = topology.num_ranks
+    trees = next(optimal_tree_counts(net, [1] * n, gather, lcd_trees(net, gather.rate)))[0]
+    unit = _fraction_gcd(net.bandwidth)
+    inside = set(gather.cut)
+    links = sorted(((net.names[t], net.names[h], float(b)) for t, h, b in zip(net.tails, net.heads, net.bandwidth, strict=True)
+                    if t in inside and h not in inside), key=lambda link: (-link[2], link[0], link[1]))
+    ag = float(n * gather.rate)
+    rs = float(n * scatter.rate)
+    return Bound(
+        topology=topology.name, num_ranks=n,
+        seconds_per_byte=Fraction(1, n) / (gather.rate * GIGA),
+        rate_GBps=gather.rate, algbw_GBps=ag, reducescatter_algbw_GBps=rs,
+        allreduce_algbw_GBps=1 / (1 / ag + 1 / rs),
+        trees_per_root=trees, tree_unit_GBps=unit, trees_per_unit=trees * unit / gather.rate,
+        cut_gpus=tuple(net.names[v] for v in gather.cut if v < n),
+        cut_switches=tuple(net.names[v] for v in gather.cut if v >= n),
+        cut_egress_GBps=gather.egress, cut_links=tuple(links),
+        flows=gather.flows + scatter.flows, seconds=time.perf_counter() - started)
+
+
+def limited_trees(topology: Topology, max_trees_per_root: int) -> LimitedTrees:
+    """The best allgather rate with at most ``max_trees_per_root`` trees per root (flow test only).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> limited = limited_trees(load_topology("mi250:boxes=2"), 1)
+    >>> round(limited.algbw_GBps, 2), round(limited.gap_percent, 2)
+    (320.0, 9.64)
+    """
+    if isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int) or max_trees_per_root < 1:
+        raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
+    gather, net = _cut(topology)
+    n = topology.num_ranks
+    best: tuple[Fraction, int] | None = None
+    for k in range(1, max_trees_per_root + 1):
+        rate, _ = rate_with_trees(net, [1] * n, k, gather.rate)
+        if best is None or rate > best[0]:
+            best = (rate, k)
+        if rate == gather.rate:
+            break
+    assert best is not None
+    rate, k = best
+    return LimitedTrees(max_trees_per_root, k, rate, float(n * rate), float((1 - rate / gather.rate) * 100))
+
+
+def algbw_bound(topology: Topology, kind: Kind) -> float | None:
+    """The optimal algbw (GB/s) for ``kind`` on ``topology``, or None when no exact bound is known.
+
+    Allgather and reduce-scatter: M / T* (the reversed links for reduce-scatter); allreduce: as
+    reduce-scatter then allgather (half the allgather figure on symmetric links); broadcast and reduce:
+    the single-root bound from rank 0 (the default root); alltoall: the maximum concurrent flow LP
+    optimum (:func:`alltoall_bound`).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> round(algbw_bound(load_topology("dgx-a100:boxes=2"), Kind.ALLREDUCE), 2)
+    173.33
+    """
+    n = topology.num_ranks
+    if kind == Kind.ALLGATHER:
+        return float(n * _cut(topology)[0].rate)
+    if kind == Kind.REDUCESCATTER:
+        return float(n * _cut(topology, reverse=True)[0].rate)
+    if kind == Kind.ALLREDUCE:
+        ag = n * _cut(topology)[0].rate
+        rs = n * _cut(topology, reverse=True)[0].rate
+        return float(1 / (1 / ag + 1 / rs))
+    if kind == Kind.BROADCAST:
+        return float(_cut(topology, root=0)[0].rate)
+    if kind == Kind.REDUCE:
+        return float(_cut(topology, reverse=True, root=0)[0].rate)
+    if kind == Kind.ALLTOALL:
+        return alltoall_bound(topology).lp_algbw_GBps
+    return None
+
+
+# ------------------------------------------------------------------------------------- alltoall
+def alltoall_bound(topology: Topology) -> AlltoallBound:
+    """The optimal alltoall algbw (maximum concurrent flow LP, GLOP) beside the best cut bound found.
+
+    Returns an :class:`~synth.algorithms.mcf.AlltoallBound` (``lp_algbw_GBps``, ``cut``, ``gap``,
+    ``to_dict()``); see :mod:`synth.algorithms.mcf` for the LP and the cut candidates.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> bound = alltoall_bound(load_topology("ndv2:boxes=2"))
+    >>> round(bound.lp_algbw_GBps, 9), bound.cut.algbw_GBps
+    (3.125, Fraction(25, 8))
+    """
+    from synth.algorithms.mcf import alltoall_bound as solve
+
+    return solve(topology)

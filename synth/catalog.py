@@ -1,0 +1,273 @@
+"""The catalog of ready schedules in ``schedules/``: for each shipped topology and collective, the best
+schedule synth makes (highest algbw at 1 GiB, flow model, among the algorithms that apply, leaving out
+slow solver runs), as synth JSON and, where the exporter exists and the schedule fits the runtime's
+limits, as MSCCL XML; plus ``README.md`` (a table people read) and ``index.json`` (the same figures,
+exact, for tools and tests).
+
+Everything in the folder is a function of the code: no dates, no timings, so regenerating an unchanged
+catalog gives the same bytes.
+
+Examples
+--------
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as folder:
+...     entries = build_catalog(folder, topologies=["ring:n=4"], kinds=[Kind.ALLGATHER])
+>>> [(e.collective, e.file, e.algbw_GBps > 0) for e in entries]
+[('allgather', 'ring-n-4.allgather.json', True)]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from synth.collectives import Kind
+from synth.compare import Row, bandwidth_bound, run_all
+from synth.errors import InputError, SynthError
+from synth.evaluate import evaluate
+from synth.fileio import atomic_directory
+from synth.library import load_topology, shipped
+from synth.schedule import Schedule
+from synth.topology import Topology
+from synth.units import format_size
+
+#: Message size the catalog ranks schedules at.
+CATALOG_SIZE = 2**30
+#: Largest schedule JSON the catalog keeps, in bytes.
+MAX_JSON_BYTES = 1_000_000
+#: Largest MSCCL XML the catalog keeps, in bytes (XML is the bulkier form; the JSON is always there).
+MAX_XML_BYTES = 100_000
+INDEX = "index.json"
+README = "README.md"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One (topology, collective) line of the catalog."""
+
+    topology: str
+    topology_name: str
+    gpus: int
+    collective: str
+    algorithm: str | None
+    file: str | None
+    msccl: str | None
+    algbw_GBps: float | None
+    bound_GBps: float | None
+    transfers: int | None
+    command: str | None
+    note: str = ""
+    pipeline: int = 1
+
+    @property
+    def percent_of_bound(self) -> float | None:
+        """algbw as a percentage of the bandwidth bound, when both are known."""
+        if self.algbw_GBps is None or not self.bound_GBps:
+            return None
+        return 100.0 * self.algbw_GBps / self.bound_GBps
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (an ``index.json`` record)."""
+        return dict(asdict(self), percent_of_bound=self.percent_of_bound)
+
+
+def default_specs() -> list[str]:
+    """The shipped topologies: every file in ``topologies/`` (by its library spec when it has one), or
+    the shipped library names when there are no files."""
+    try:
+        from synth.library import shipped_files
+    except ImportError:
+        return shipped()
+    return [spec or name for name, spec in shipped_files()] or shipped()
+
+
+def slug(spec: str) -> str:
+    """A file-name-safe form of a topology spec: ``dgx-a100:boxes=2`` -> ``dgx-a100-boxes-2``."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", spec).strip("-")
+
+
+def _msccl_xml(schedule: Schedule, topology: Topology) -> tuple[str | None, str]:
+    """The schedule as MSCCL XML text when the exporter exists and the schedule fits the runtime's
+    limits, else (None, why)."""
+    try:
+        from synth.export.msccl import lower_msccl
+    except ImportError:
+        return None, ""
+    try:
+        text = lower_msccl(schedule).xml()
+    except SynthError as error:
+        return None, f"no MSCCL XML: {error}"
+    size = len(text.encode("utf-8"))
+    if size > MAX_XML_BYTES:
+        return None, (f"MSCCL XML left out: {size / 1e6:.1f} MB, over the {MAX_XML_BYTES / 1e6:g} MB limit "
+                      f"(`synth export msccl` writes it)")
+    return text, ""
+
+
+def _command(spec: str, kind: Kind, algorithm: str, file: str, out: str) -> str:
+    return f"synth generate {spec} -c {kind.value} -a {algorithm} -o {out.rstrip('/')}/{file}"
+
+
+def _best_fitting(rows: list[Row], schedules: dict[tuple[str, str], Schedule]) -> tuple[Row | None, str, str]:
+    """The highest-algbw row whose schedule JSON fits, its JSON text, and a note about any better
+    schedule that was too large."""
+    ranked = sorted(rows, key=lambda r: -r.algbw_GBps)  # stable: registry order breaks ties
+    notes = []
+    for row in ranked:
+        text = schedules[(row.algorithm, row.collective)].to_json()
+        if len(text.encode("utf-8")) <= MAX_JSON_BYTES:
+            return row, text, "; ".join(notes)
+        notes.append(f"{row.algorithm} ({row.algbw_GBps:.2f} GB/s) left out: its JSON is "
+                     f"{len(text.encode('utf-8')) / 1e6:.1f} MB, over the {MAX_JSON_BYTES / 1e6:g} MB limit")
+    return None, "", "; ".join(notes)
+
+
+def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | None = None,
+                  kinds: Iterable[Kind] | None = None, out_label: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> list[CatalogEntry]:
+    """Regenerate the catalog in ``out`` (atomically: a failure leaves the old catalog as it was).
+
+    Parameters
+    ----------
+    out : path
+        The catalog folder (created if missing).
+    topologies : list of str, optional
+        Topology specs; default every shipped topology (:func:`default_specs`).
+    kinds : iterable of Kind, optional
+        Collectives; default all six (broadcast and reduce from root 0).
+    out_label : str, optional
+        How the folder is named in the commands written to the README (default ``out`` as given).
+    progress : callable, optional
+        Called with a short description before each (topology, collective).
+    """
+    out = Path(out)
+    specs = list(topologies) if topologies is not None else default_specs()
+    kinds = list(kinds) if kinds is not None else list(Kind)
+    label = out_label if out_label is not None else str(out)
+    entries: list[CatalogEntry] = []
+    files: dict[str, str] = {}
+    for spec in specs:
+        topology = load_topology(spec)
+        for kind in kinds:
+            if progress:
+                progress(f"{spec} {kind.value}")
+            rows, skipped, schedules = run_all(topology, [kind], [CATALOG_SIZE], include_slow=False, keep_going=True)
+            bound = bandwidth_bound(topology, kind)
+            row, text, note = _best_fitting(rows, schedules)
+            if row is None:
+                reasons = note or "; ".join(f"{s.algorithm}: {s.reason}" for s in skipped) or "no algorithm applies"
+                entries.append(CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, None, None, None,
+                                            None, bound, None, None, reasons))
+                continue
+            schedule = schedules[(row.algorithm, row.collective)]
+            name = f"{slug(spec)}.{kind.value}.json"
+            files[name] = text
+            xml, why = _msccl_xml(schedule, topology)
+            xml_name = None
+            if xml is not None:
+                xml_name = f"{slug(spec)}.{kind.value}.xml"
+                files[xml_name] = xml
+            note = "; ".join(part for part in (note, why) if part)
+            entries.append(CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, row.algorithm, name,
+                                        xml_name, row.algbw_GBps, bound, len(schedule.transfers),
+                                        _command(spec, kind, row.algorithm, name, label), note, row.pipeline))
+    files[INDEX] = json.dumps({"size": CATALOG_SIZE, "model": "flow",
+                               "entries": [e.to_dict() for e in entries]}, indent=1) + "\n"
+    files[README] = render_readme(entries, label)
+    stale = _listed_files(out) - set(files)
+    with atomic_directory(out) as temp:
+        for name, content in files.items():
+            (temp / name).write_text(content, encoding="utf-8")
+    for name in sorted(stale):
+        (out / name).unlink(missing_ok=True)
+    return entries
+
+
+def _listed_files(out: Path) -> set[str]:
+    """Files the existing catalog's index names (so a regenerated catalog can drop stale ones)."""
+    try:
+        data = json.loads((out / INDEX).read_text(encoding="utf-8"))
+        return {name for e in data["entries"] for name in (e.get("file"), e.get("msccl")) if name}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules") -> str:
+    """The catalog's README: how it was made and one table row per (topology, collective)."""
+    lines = [
+        "# Schedule catalog",
+        "",
+        "Ready-made, verified schedules for the shipped topologies: for each topology and collective, the",
+        f"best schedule synth makes, ranked by algbw at {format_size(CATALOG_SIZE)} in the flow model among the "
+        "algorithms that apply, every chunk streamed in pieces of about 512 KiB as a runtime would (the `pipeline`",
+        "field of `index.json`; the same rule as `synth compare`)",
+        "(slow solver runs such as `milp` left out). Broadcast and reduce use root 0. Files are synth JSON",
+        "(`synth.schedule/1`); `.xml` files are MSCCL XML where the exporter exists, the schedule fits the",
+        f"runtime's limits and the XML is under {MAX_XML_BYTES // 1000} kB. `index.json` holds the same figures, unrounded.",
+        "",
+        f"Regenerate with `synth catalog --out {out_label}`; `synth catalog --check` re-verifies every file",
+        "and re-evaluates its figures. The bound is the topology's bandwidth bound for the collective",
+        "(`-` where none is available).",
+        "",
+        "| topology | gpus | collective | algorithm | algbw GB/s at 1 GiB | % of bound | files | command |",
+        "| --- | ---: | --- | --- | ---: | ---: | --- | --- |",
+    ]
+    for e in entries:
+        if e.algorithm is None:
+            lines.append(f"| {e.topology} | {e.gpus} | {e.collective} | - | - | - | - | none: {_cell(e.note)} |")
+            continue
+        percent = "-" if e.percent_of_bound is None else f"{e.percent_of_bound:.1f}%"
+        files = f"[json]({e.file})" + (f", [xml]({e.msccl})" if e.msccl else "")
+        note = f" ({_cell(e.note)})" if e.note else ""
+        lines.append(f"| {e.topology} | {e.gpus} | {e.collective} | {e.algorithm} | {e.algbw_GBps:.2f} | {percent} "
+                     f"| {files} | `{e.command}`{note} |")
+    if not entries:
+        lines.append("| (no shipped topologies) | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
+
+
+def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9) -> list[str]:
+    """Re-verify every catalog schedule and re-evaluate its algbw; returns the problems found (empty: OK)."""
+    from synth.verify import verify
+
+    out = Path(out)
+    index = out / INDEX
+    if not index.is_file():
+        raise InputError(str(index), "", "no catalog index here; run `synth catalog` first")
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        entries = data["entries"]
+        size = int(data["size"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise InputError(str(index), "entries", f"not a catalog index: {error}") from None
+    problems = []
+    readme = (out / README).read_text(encoding="utf-8") if (out / README).is_file() else ""
+    for entry in entries:
+        if not entry.get("file"):
+            continue
+        where = f"{entry['topology']} {entry['collective']}"
+        try:
+            topology = load_topology(entry["topology"])
+            schedule = Schedule.from_file(out / entry["file"])
+            verify(schedule, topology)
+            algbw = evaluate(schedule, topology, size, pipeline=int(entry.get("pipeline", 1))).algbw_GBps
+        except SynthError as error:
+            problems.append(f"{where}: {error}")
+            continue
+        if schedule.algorithm != entry["algorithm"]:
+            problems.append(f"{where}: file says algorithm {schedule.algorithm}, index says {entry['algorithm']}")
+        if abs(algbw - entry["algbw_GBps"]) > tolerance * max(1.0, abs(algbw)):
+            problems.append(f"{where}: algbw is {algbw!r} GB/s now, the index says {entry['algbw_GBps']!r}")
+        if f"| {entry['algorithm']} | {algbw:.2f} |" not in readme:
+            problems.append(f"{where}: README has no row with {entry['algorithm']} at {algbw:.2f} GB/s")
+        if entry.get("msccl") and not (out / entry["msccl"]).is_file():
+            problems.append(f"{where}: missing {entry['msccl']}")
+    return problems

@@ -1,0 +1,125 @@
+"""``synth bound``: the exact optimal allgather time of a topology and the cut that limits it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from synth.algorithms.forest.plan import unbalanced_switches
+from synth.bounds import algbw_bound, limited_trees, optimal_bound
+from synth.cli.common import JSON_OPTION, TOPOLOGY_HELP, console, print_json, table, topology_argument
+from synth.collectives import Kind, parse_kind
+from synth.topology import Topology
+
+#: Names listed per group before the rest are summarized (``--json`` lists everything).
+SHOWN = 16
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bound`` to ``app``."""
+    app.command("bound")(bound)
+
+
+def _names(items: tuple[str, ...] | list[str]) -> str:
+    if not items:
+        return "(none)"
+    shown = ", ".join(items[:SHOWN])
+    return shown + (f", ... ({len(items) - SHOWN} more)" if len(items) > SHOWN else "")
+
+
+def bound(
+    topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
+    max_trees_per_root: Annotated[int | None, typer.Option(
+        "--max-trees-per-root", "-K", min=1,
+        help="also report the best rate with at most K trees per root and its gap to the optimum")] = None,
+    collective: Annotated[str, typer.Option(
+        "--collective", "-c", help="allgather (default: the exact tree bound, AG/RS/AR) or alltoall "
+                                   "(the max concurrent flow LP optimum beside the best cut bound)")] = "allgather",
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR, the (U, k) trees it needs, and
+    the bottleneck cut: the gpus and switches whose egress links limit everyone ("why is my fabric slow").
+    With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it."""
+    topo = topology_argument(topology)
+    if parse_kind(collective, field="--collective") == Kind.ALLTOALL:
+        _alltoall(topo, as_json)
+        return
+    result = optimal_bound(topo)
+    broadcast = algbw_bound(topo, Kind.BROADCAST)
+    limited = limited_trees(topo, max_trees_per_root) if max_trees_per_root else None
+    if as_json:
+        data = result.to_dict()
+        data["broadcast_algbw_GBps_root0"] = broadcast
+        data["unbalanced_switches"] = [{"switch": name, "ingress_GBps": str(inward), "egress_GBps": str(outward)}
+                                       for name, inward, outward in unbalanced_switches(topo)]
+        if limited is not None:
+            data["limited"] = {"max_trees_per_root": limited.max_trees_per_root,
+                               "trees_per_root": limited.trees_per_root, "rate_per_gpu_GBps": str(limited.rate_GBps),
+                               "allgather_algbw_GBps": limited.algbw_GBps, "gap_percent": limited.gap_percent}
+        print_json(data)
+        return
+
+    n = result.num_ranks
+    spb = result.seconds_per_byte
+    console.print(f"[bold]{topo.name}[/bold]: {n} gpus, {len(topo.switches)} switches "
+                  f"(exact, {result.flows} max-flows, {result.seconds:.3f} s)")
+    rows = [
+        ["allgather time per byte of output", f"{spb} s/B", f"{float(spb) * 1e12:.6g} ps/B"],
+        ["allgather algbw", f"{result.algbw_GBps:.2f} GB/s", f"= {n} x {result.rate_GBps} GB/s per gpu"],
+        ["reducescatter algbw", f"{result.reducescatter_algbw_GBps:.2f} GB/s", "reversed links"],
+        ["allreduce algbw", f"{result.allreduce_algbw_GBps:.2f} GB/s", "reducescatter then allgather"],
+        ["broadcast algbw (root 0)", f"{broadcast:.2f} GB/s" if broadcast else "-", "min cut from the root"],
+        ["trees (k per root)", f"k = {result.trees_per_root}", f"{n * result.trees_per_root} trees in all"],
+        ["link load (U)", f"U = {result.trees_per_unit}",
+         f"trees per {result.tree_unit_GBps} GB/s of link (1/x* = U/(k g))"],
+    ]
+    if limited is not None:
+        rows.append([f"with at most {limited.max_trees_per_root} trees per root",
+                     f"{limited.algbw_GBps:.2f} GB/s",
+                     f"k = {limited.trees_per_root}, {limited.gap_percent:.2f}% below the optimum"])
+    console.print(table("optimum", ["quantity", "value", "note"], rows))
+
+    inside = len(result.cut_gpus)
+    console.print(f"[bold]bottleneck cut S[/bold]: {inside} of {n} gpus and {len(result.cut_switches)} switches. "
+                  f"The {inside} shards owned inside S must all reach the {n - inside} gpu(s) outside through "
+                  f"{result.cut_egress_GBps} GB/s of links: {result.rate_GBps} GB/s per shard.")
+    outside = [g for g in topo.gpus if g not in set(result.cut_gpus)]
+    console.print(f"  gpus in S:       {_names(result.cut_gpus)}")
+    console.print(f"  gpus outside S:  {_names(outside)}")
+    console.print(f"  switches in S:   {_names(result.cut_switches)}")
+    link_rows = [[u, v, f"{b:g}"] for u, v, b in result.cut_links[:SHOWN]]
+    title = f"links leaving S ({len(result.cut_links)})"
+    console.print(table(title, ["from (in S)", "to (outside)", "GB/s"], link_rows, {2}))
+    if len(result.cut_links) > SHOWN:
+        console.print(f"  ... and {len(result.cut_links) - SHOWN} more (use --json)")
+    console.print("Every byte the gpus in S own must cross these links at least once; adding bandwidth "
+                  "anywhere else cannot speed up allgather.")
+    for name, inward, outward in unbalanced_switches(topo)[:8]:
+        console.print(f"[yellow]note[/yellow]: switch {name} receives {inward} GB/s but sends {outward} GB/s; "
+                      "switches do not multicast, so this bound may not be reachable")
+
+
+def _alltoall(topo: Topology, as_json: bool) -> None:
+    """``synth bound TOPO -c alltoall``: the LP optimum and the best cut bound beside it."""
+    from synth.bounds import alltoall_bound
+
+    result = alltoall_bound(topo)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    cut = result.cut
+    n = result.num_ranks
+    kind = "every gpu subset" if cut.exhaustive else f"{cut.candidates} candidate gpu sets"
+    console.print(f"[bold]{topo.name}[/bold]: {n} gpus, {len(topo.switches)} switches "
+                  f"(alltoall, {result.solve_s:.3f} s)")
+    rows = [
+        ["optimal alltoall algbw (LP)", f"{result.lp_algbw_GBps:.4f} GB/s",
+         "max concurrent flow, every ordered pair n/N bytes, gpus may relay"],
+        ["best cut bound", f"{float(cut.algbw_GBps):.4f} GB/s",
+         f"= {n} x {cut.egress_GBps} / ({len(cut.gpus)} x {n - len(cut.gpus)}) exactly, over {kind}"],
+        ["cut bound above the LP", f"{100 * result.gap:.2f}%",
+         "0 when the bottleneck is a cut" if abs(result.gap) < 1e-9 else "the cut bound is not tight here"],
+    ]
+    console.print(table("alltoall", ["quantity", "value", "note"], rows))
+    console.print(f"  gpus in the cut:  {_names([topo.gpus[r] for r in cut.gpus])}")

@@ -1,0 +1,78 @@
+"""``synth catalog``: regenerate (or check) the folder of ready-made best schedules."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from synth.cli.common import (
+    JSON_OPTION,
+    QUIET_OPTION,
+    VERBOSE_OPTION,
+    command_verbosity,
+    console,
+    detail,
+    note,
+    print_json,
+    progress_bar,
+    table,
+)
+from synth.collectives import parse_kind
+from synth.errors import SynthError
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``catalog`` to ``app``."""
+    app.command("catalog")(catalog)
+
+
+def catalog(
+    out: Annotated[str, typer.Option("--out", "-o", help="catalog folder")] = "schedules",
+    topology: Annotated[list[str] | None, typer.Option("--topology", "-t",
+                        help="only these topologies (repeatable); default every shipped one")] = None,
+    collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
+                          help="only these collectives (repeatable); default all six")] = None,
+    check: Annotated[bool, typer.Option("--check", help="do not regenerate: re-verify every file and compare its "
+                                        "figures with a fresh evaluation")] = False,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+) -> None:
+    """Regenerate the schedule catalog: for each shipped topology and collective the best schedule at
+    1 GiB as synth JSON (and MSCCL XML where it fits), with README.md and index.json."""
+    from synth.catalog import build_catalog, check_catalog, default_specs
+
+    command_verbosity(quiet, verbose)
+    if check:
+        problems = check_catalog(out)
+        if as_json:
+            print_json({"ok": not problems, "problems": problems})
+        else:
+            for problem in problems:
+                console.print(f"[red]problem[/red] {problem}")
+            console.print(f"{out}: " + ("every schedule verifies and matches its figures" if not problems
+                                        else f"{len(problems)} problem(s)"))
+        if problems:
+            raise typer.Exit(1)
+        return
+    kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
+    specs = list(topology) if topology else default_specs()
+    if not specs:
+        raise SynthError("no shipped topologies to catalog (the topology library lists none); pass --topology")
+    total = len(specs) * (len(kinds) if kinds else 6)
+    with progress_bar(total, "building the catalog") as (bar, task):
+        def step(what: str) -> None:
+            bar.update(task, advance=1, description=f"best schedule for {what}")
+            detail(f"best schedule for {what}")
+
+        entries = build_catalog(out, specs, kinds, progress=step)
+    if as_json:
+        print_json([e.to_dict() for e in entries])
+        return
+    rows = [[e.topology, e.collective, e.algorithm or "-", "-" if e.algbw_GBps is None else f"{e.algbw_GBps:.2f}",
+             "-" if e.percent_of_bound is None else f"{e.percent_of_bound:.1f}%", e.file or e.note]
+            for e in entries]
+    console.print(table(f"catalog in {out}/ (1GiB, flow model)", ["topology", "collective", "algorithm",
+                                                                  "algbw GB/s", "% of bound", "file"], rows, {3, 4}))
+    note(f"wrote {sum(1 for e in entries if e.file)} schedules, {out}/README.md and {out}/index.json")

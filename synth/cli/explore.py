@@ -1,0 +1,225 @@
+"""``synth compare``, ``synth draw`` and ``synth explain``: which algorithm wins where, what a fabric
+looks like, and what a schedule does."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from synth.cli.common import (
+    JSON_OPTION,
+    QUIET_OPTION,
+    TOPOLOGY_HELP,
+    VERBOSE_OPTION,
+    VERBOSITY,
+    command_verbosity,
+    console,
+    detail,
+    err_console,
+    fmt_time,
+    load_schedule,
+    note,
+    print_json,
+    progress_bar,
+    schedule_topology,
+    sizes_argument,
+    table,
+    topology_argument,
+    verify_file,
+)
+from synth.collectives import parse_kind
+from synth.errors import InputError
+from synth.units import format_size, parse_size
+
+DEFAULT_KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
+DEFAULT_SIZES = ["64KiB", "1MiB", "16MiB", "256MiB", "1GiB"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare``, ``draw`` and ``explain`` to ``app``."""
+    app.command("compare")(compare)
+    app.command("draw")(draw)
+    app.command("explain")(explain_command)
+
+
+def _status(message: str) -> object:
+    """A spinner on stderr when it helps (a terminal, not quiet); otherwise a no-op context."""
+    import contextlib
+    import sys
+
+    if VERBOSITY["level"] == 0 or not sys.stdout.isatty() or not err_console.is_terminal:
+        return contextlib.nullcontext()
+    return err_console.status(message)
+
+
+def compare(
+    topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
+    collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
+                          help="collective (repeatable); default allgather, reducescatter, allreduce, alltoall")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size such as 1GiB (repeatable)")] = None,
+    algorithm: Annotated[list[str] | None, typer.Option("--algorithm", "-a",
+                         help="only these algorithms (repeatable); default every applicable one except slow "
+                              "solver runs (milp)")] = None,
+    model: Annotated[str, typer.Option("--model", "-m", help="evaluator model: flow or astra")] = "flow",
+    plot: Annotated[str | None, typer.Option("--plot", help="also draw algbw against size to this .png/.svg")] = None,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+) -> None:
+    """Run every applicable algorithm, verify each schedule, and print one table: time, algbw, busbw,
+    % of the bandwidth bound and synthesis time, the best per (collective, size) starred."""
+    from synth.algorithms import REGISTRY
+    from synth.compare import bandwidth_bound, best_rows, planned, run_all
+
+    command_verbosity(quiet, verbose)
+    topo = topology_argument(topology)
+    kinds = [parse_kind(c, field="--collective") for c in (collective or DEFAULT_KINDS)]
+    kinds = list(dict.fromkeys(kinds))
+    sizes = sorted(set(sizes_argument(size, DEFAULT_SIZES)))
+    for name in algorithm or []:
+        if name not in REGISTRY:
+            raise InputError("", "--algorithm", f"unknown algorithm {name!r}; expected one of {', '.join(REGISTRY)}")
+    if plot is not None and Path(plot).suffix.lower() not in (".png", ".svg"):
+        raise InputError(plot, "--plot", "expected a file name ending in .png or .svg")
+    plan = planned(kinds, algorithm, include_slow=False)
+    if not plan:
+        raise InputError("", "--algorithm", "none of the chosen algorithms does the chosen collectives")
+    with progress_bar(len(plan), f"comparing on {topo.name}") as (bar, task):
+        def step(what: str) -> None:
+            bar.update(task, advance=1, description=f"running {what}")
+            detail(f"running {what}")
+
+        rows, skipped, _ = run_all(topo, kinds, sizes, algorithm, model=model, progress=step, include_slow=False,
+                                   keep_going=True)
+    best = best_rows(rows)
+    if as_json:
+        print_json({"topology": topo.name, "model": model,
+                    "bounds_GBps": {k.value: bandwidth_bound(topo, k) for k in kinds},
+                    "rows": [dict(r.to_dict(), best=(r.collective, r.size, r.algorithm) in best) for r in rows],
+                    "skipped": [s.__dict__ for s in skipped]})
+    else:
+        ordered = sorted(rows, key=lambda r: ([k.value for k in kinds].index(r.collective), r.size, -r.algbw_GBps))
+        body = []
+        for r in ordered:
+            star = (r.collective, r.size, r.algorithm) in best
+            percent = r.percent_of_bound
+            body.append([r.collective, format_size(r.size), ("* " if star else "  ") + r.algorithm, fmt_time(r.time_s),
+                         f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}", "-" if percent is None else f"{percent:.1f}%",
+                         fmt_time(r.synthesis_s)])
+        console.print(table(f"{topo.name} ({topo.num_ranks} gpus), {model} model, all verified; * = best algbw",
+                            ["collective", "size", "algorithm", "time", "algbw GB/s", "busbw GB/s", "% of bound",
+                             "synthesis"], body, {1, 3, 4, 5, 6, 7}))
+        for s in skipped:
+            note(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")
+        slow = sorted({name for _, name in planned(kinds, None)} - {name for _, name in planned(kinds, None, False)})
+        if slow and not algorithm:
+            note(f"[dim]not run (slow solver; ask with --algorithm): {', '.join(slow)}[/dim]")
+    if plot is not None:
+        from synth.draw import plot_compare, save_figure
+
+        if not rows:
+            raise InputError("", "--plot", "nothing to plot: no algorithm applied")
+        save_figure(plot_compare(rows, title=f"{topo.name}: algbw by message size ({model} model)"), plot)
+        note(f"wrote {plot}")
+
+
+def draw(
+    topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
+    output: Annotated[str | None, typer.Option("--output", "-o", help="picture to write: .png or .svg "
+                                               "(default: the topology's name, e.g. dgx-a100-boxes-2.png)")] = None,
+    schedule_file: Annotated[str | None, typer.Option("--schedule", help="colour links by this schedule's load "
+                                                      "(% of the busiest link) and mark the bottleneck cut")] = None,
+    tree: Annotated[int | None, typer.Option("--tree", help="with --schedule: draw the trees of this root rank")] = None,
+    no_cut: Annotated[bool, typer.Option("--no-cut", help="do not compute or mark the bottleneck cut")] = False,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+) -> None:
+    """Draw a topology: gpus, switches, links as wide as their bandwidth, boxes and switch tiers laid out;
+    optionally a schedule's link load and the bottleneck cut, or the trees of one root."""
+    from synth.draw import draw_topology, save_figure
+
+    command_verbosity(quiet, verbose)
+    topo = topology_argument(topology)
+    target = output or re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-") + ".png"
+    if Path(target).suffix.lower() not in (".png", ".svg"):
+        raise InputError(target, "--output", "expected a file name ending in .png or .svg")
+    schedule = None
+    if schedule_file is not None:
+        schedule = load_schedule(schedule_file)
+        verify_file(schedule, topo, schedule_file)
+    elif tree is not None:
+        raise InputError("", "--tree", "drawing trees needs a schedule: add --schedule FILE")
+    with _status("computing the bottleneck cut and drawing..."):
+        figure = draw_topology(topo, schedule=schedule, tree_root=tree, cut=None if no_cut else "auto")
+        save_figure(figure, target)
+    note(f"wrote {target}")
+
+
+def explain_command(
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+    size: Annotated[str, typer.Option("--size", "-s", help="message size for the time estimates")] = "1GiB",
+    by: Annotated[str, typer.Option("--by", help="step (dependency level), tree (per chunk route) or auto")] = "auto",
+    limit: Annotated[int, typer.Option("--limit", help="most steps or trees to list")] = 20,
+    top: Annotated[int, typer.Option("--top", help="busiest links to list")] = 5,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+) -> None:
+    """Summarize a schedule: per step or per tree what moves where, the busiest links, and the critical
+    path (longest dependency chain) with its α-β time, beside the congestion bound."""
+    from synth.explain import compress, explain
+
+    command_verbosity(quiet, verbose)
+    if by not in ("auto", "step", "tree"):
+        raise InputError("", "--by", f"expected step, tree or auto, got {by!r}")
+    if limit < 1 or top < 1:
+        raise InputError("", "--limit" if limit < 1 else "--top", "expected a positive number")
+    nbytes = parse_size(size, "--size")
+    schedule = load_schedule(schedule_file)
+    topo = schedule_topology(schedule, topology, schedule_file)
+    verify_file(schedule, topo, schedule_file)
+    summary = explain(schedule, topo, size=nbytes, top=top)
+    if as_json:
+        print_json(summary.to_dict())
+        return
+    view = summary.preferred_view if by == "auto" else by
+    console.print(f"[bold]{summary.algorithm} {summary.collective}[/bold] on {topo.name}: {summary.ranks} ranks, "
+                  f"{summary.chunks} chunks, {summary.transfers} transfers, {_plural(summary.depth, 'step')} deep (verified)")
+    if view == "step":
+        rows = []
+        for s in summary.steps[:limit]:
+            moves = ", ".join(m.describe() for m in s.moves[:8]) + (f", ... +{len(s.moves) - 8}" if len(s.moves) > 8 else "")
+            kinds = f"{s.copies} copy" + (f", {s.reduces} reduce" if s.reduces else "")
+            rows.append([s.level, s.transfers, kinds, moves])
+        console.print(table("per step (a->b copy, a=>b reduce, c = chunks)", ["step", "transfers", "ops", "moves"],
+                            rows, {0, 1}))
+        if len(summary.steps) > limit:
+            console.print(f"... {len(summary.steps) - limit} more steps (--limit, or --json for all)")
+    else:
+        rows = [[i, t.root, compress(t.chunks), len(t.edges), t.depth, t.describe()]
+                for i, t in enumerate(summary.trees[:limit])]
+        console.print(table("per tree (chunks that take the same route are merged)",
+                            ["tree", "root", "chunks", "transfers", "depth", "edges (in order)"], rows, {0, 1, 3, 4}))
+        if len(summary.trees) > limit:
+            console.print(f"... {len(summary.trees) - limit} more trees (--limit, or --json for all)")
+    links = [[f"{link.src} -> {link.dst}", link.chunks, f"{link.bandwidth_GBps:g}", fmt_time(link.seconds),
+              f"{link.percent_of_busiest:.1f}%"] for link in summary.busiest_links]
+    console.print(table(f"busiest links at {format_size(nbytes)}", ["link", "chunks", "GB/s", "busy time",
+                                                                     "% of busiest"], links, {1, 2, 3, 4}))
+    path = summary.critical_path
+    chain = [schedule.transfers[i] for i in path.transfers]
+    shown = " ".join(f"{t.src}{'=>' if t.op == 'reduce' else '->'}{t.dst}(c{t.chunk})" for t in chain[:12])
+    more = f" ... +{len(chain) - 12}" if len(chain) > 12 else ""
+    console.print(f"critical path: {_plural(path.length, 'dependent transfer')}, {fmt_time(path.time_s)} at {format_size(nbytes)} "
+                  f"(α {fmt_time(path.latency_s)} + β {fmt_time(path.bandwidth_s)}, no contention): {shown}{more}")
+    console.print(f"congestion bound {fmt_time(summary.congestion_time_s)}; no run of this schedule beats "
+                  f"{fmt_time(summary.lower_bound_s)} (algbw at most {nbytes / summary.lower_bound_s / 1e9:.2f} GB/s)"
+                  if summary.lower_bound_s > 0 else "empty schedule")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -1,0 +1,171 @@
+"""``synth export chakra|msccl`` and ``synth import chakra|msccl``: files that ASTRA-sim and MSCCL run,
+and algorithms written by other tools brought back as verified schedules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from synth.cli.common import (
+    JSON_OPTION,
+    TOPOLOGY_HELP,
+    console,
+    err_console,
+    load_schedule,
+    print_json,
+    schedule_topology,
+    sizes_argument,
+    table,
+    verify_file,
+)
+from synth.errors import InputError
+from synth.fileio import atomic_write_text
+from synth.topology import Topology
+from synth.units import format_size, parse_size
+
+export_app = typer.Typer(name="export", help="Write a schedule in a format another tool runs (ASTRA-sim, MSCCL).",
+                         no_args_is_help=True)
+import_app = typer.Typer(name="import", help="Read a Chakra ET set or MSCCL XML from another tool into a schedule.",
+                         no_args_is_help=True)
+
+IMPORT_TOPOLOGY_HELP = TOPOLOGY_HELP + " An ASTRA-sim network YAML (topology/npus_count/...) works too."
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``export`` and ``import`` command groups to ``app``."""
+    app.add_typer(export_app, name="export")
+    app.add_typer(import_app, name="import")
+
+
+def _import_topology(spec: str) -> tuple[Topology, str]:
+    """A topology for an import, and the name the schedule records so later commands find it again."""
+    from synth.astra import is_network_yaml, load_network_yaml
+    from synth.library import load_topology
+
+    if is_network_yaml(spec):
+        return load_network_yaml(spec)
+    return load_topology(spec), spec
+
+
+@export_app.command("chakra")
+def export_chakra_command(
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    output: Annotated[str, typer.Option("--output", "-o", help="folder to write (created if missing)")],
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable; "
+                                                   "one trace set per size)")] = None,
+    comp_duration_us: Annotated[int | None, typer.Option("--comp-duration-us", help="duration of every reduction "
+                                                         "COMP node in whole µs (default: the schedule's, else 0 "
+                                                         "= 1 ns in ASTRA-sim)")] = None,
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+    name: Annotated[str | None, typer.Option("--name", help="trace file prefix (default <algorithm>_<collective>)")] = None,
+    tag_base: Annotated[int, typer.Option("--tag-base", help="first message tag (give concurrent collectives "
+                                          "distinct tags)")] = 0,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Write Chakra ETs plus the workload, system, network and memory configs and run_astrasim.sh."""
+    from synth.export.chakra import export_chakra
+
+    schedule = load_schedule(schedule_file)
+    topo = schedule_topology(schedule, topology, schedule_file)
+    verify_file(schedule, topo, schedule_file)
+    sizes = sizes_argument(size, ["1MiB"])
+    report = export_chakra(schedule, topo, sizes, output, comp_duration_us, name, tag_base)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    for warning in report.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+    rows = [[format_size(s.size), f"{s.folder}/{s.prefix}.<rank>.et", s.counts.get("COMM_SEND_NODE", 0),
+             s.counts.get("COMP_NODE", 0), "-" if s.predicted_ns is None else f"{s.predicted_ns} ns"]
+            for s in report.sets]
+    console.print(table(f"wrote {output}: {schedule.algorithm} {schedule.kind} on {topo.name} for ASTRA-sim",
+                        ["size", "traces", "sends", "COMP nodes", "astra model predicts"], rows, {2, 3, 4}))
+    console.print(f"run it: bash {Path(output) / 'run_astrasim.sh'}   ({report.command})")
+
+
+@export_app.command("msccl")
+def export_msccl_command(
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    output: Annotated[str, typer.Option("--output", "-o", help="XML file to write")],
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+    max_channels: Annotated[int, typer.Option("--max-channels", help="most channels to use (runtime limit 32)")] = 32,
+    max_tbs_per_channel: Annotated[int, typer.Option("--max-tbs-per-channel",
+                                                     help="threadblocks per channel per gpu (runtime limit 32)")] = 32,
+    sms: Annotated[int, typer.Option("--sms", help="SMs per gpu: most threadblocks per gpu (A100: 108)")] = 108,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="steps per threadblock must stay below this "
+                                           "(256; some MSCCL builds 64)")] = 256,
+    proto: Annotated[str, typer.Option("--proto", help="Simple, LL or LL128")] = "Simple",
+    min_bytes: Annotated[str, typer.Option("--min-bytes", help="smallest message size the algorithm is used for")] = "0",
+    max_bytes: Annotated[str, typer.Option("--max-bytes", help="message sizes below this use the algorithm")] = "1TiB",
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Lower a schedule to MSCCL XML, checking every runtime limit before writing."""
+    from synth.export.msccl import MscclLimits, export_msccl
+
+    schedule = load_schedule(schedule_file)
+    topo = schedule_topology(schedule, topology, schedule_file)
+    verify_file(schedule, topo, schedule_file)
+    low = 0 if min_bytes.strip() == "0" else parse_size(min_bytes, "--min-bytes")
+    limits = MscclLimits(max_channels, max_tbs_per_channel, sms, max_steps)
+    program = export_msccl(schedule, output, proto=proto, limits=limits, min_bytes=low,
+                           max_bytes=parse_size(max_bytes, "--max-bytes"))
+    stats = program.stats()
+    if as_json:
+        print_json({"output": output, **stats})
+        return
+    console.print(f"wrote {output}: {schedule.algorithm} {schedule.kind} for MSCCL ({program.coll}, {proto}), "
+                  f"{stats['channels']} channel(s), {stats['threadblocks']} threadblocks (at most "
+                  f"{stats['max_tbs_per_gpu']} per gpu), {stats['steps']} steps (at most {stats['max_steps_per_tb']} "
+                  "per threadblock)")
+
+
+@import_app.command("chakra")
+def import_chakra_command(
+    prefix: Annotated[str, typer.Argument(metavar="DIR/PREFIX", help="trace set <prefix>.<rank>.et (or its folder)")],
+    topology: Annotated[str, typer.Option("--topology", "-t", help=IMPORT_TOPOLOGY_HELP)],
+    output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write")] = "schedule.json",
+    collective: Annotated[str | None, typer.Option("--collective", "-c", help="the collective, when the traces do "
+                                                   "not name it")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Read a per-rank Chakra ET set into a verified schedule."""
+    from synth.export.chakra import import_chakra
+
+    topo, spec = _import_topology(topology)
+    schedule = import_chakra(prefix, topo, collective, topology_name=spec)
+    report = verify_file(schedule, topo, prefix)
+    atomic_write_text(output, schedule.to_json())
+    _imported(output, schedule, topo, report.depth, as_json)
+
+
+@import_app.command("msccl")
+def import_msccl_command(
+    xml_file: Annotated[str, typer.Argument(metavar="FILE.xml", help="MSCCL XML (MSCCLang, TACCL, ForestColl, synth)")],
+    topology: Annotated[str, typer.Option("--topology", "-t", help=IMPORT_TOPOLOGY_HELP)],
+    output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write")] = "schedule.json",
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Read MSCCL XML into a verified schedule (routes: shortest paths through switches only)."""
+    from synth.export.msccl import import_msccl
+
+    if not Path(xml_file).is_file():
+        raise InputError(xml_file, "", "no such file")
+    topo, spec = _import_topology(topology)
+    schedule = import_msccl(xml_file, topo, topology_name=spec)
+    report = verify_file(schedule, topo, xml_file)
+    atomic_write_text(output, schedule.to_json())
+    _imported(output, schedule, topo, report.depth, as_json)
+
+
+def _imported(output: str, schedule: object, topo: Topology, depth: int, as_json: bool) -> None:
+    from synth.schedule import Schedule
+
+    assert isinstance(schedule, Schedule)
+    if as_json:
+        print_json({"output": output, "collective": schedule.kind.value, "chunks": schedule.chunks,
+                    "transfers": len(schedule.transfers), "depth": depth, "topology": schedule.topology})
+        return
+    console.print(f"wrote {output}: {schedule.kind} with {schedule.chunks} chunks, {len(schedule.transfers)} "
+                  f"transfers on {topo.name}, verified (dependency depth {depth})")

@@ -1,0 +1,103 @@
+"""``synth tune``: the per-size algorithm table (winner, runner-up, % of the bandwidth bound)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from synth.cli.common import (
+    JSON_OPTION,
+    TOPOLOGY_HELP,
+    console,
+    fmt_time,
+    parse_options,
+    print_json,
+    sizes_argument,
+    table,
+    topology_argument,
+)
+from synth.collectives import parse_kind
+from synth.errors import InputError
+from synth.tune import DEFAULT_SIZES, plot, tune, write_table
+from synth.units import format_size
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tune`` to ``app``."""
+    app.command("tune")(tune_command)
+
+
+def algorithm_options(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Parse repeated ``ALG.key=value`` options into ``{alg: {key: value}}``.
+
+    Examples
+    --------
+    >>> algorithm_options(["milp.time_limit_s=30", "tree.chunks=64"])
+    {'milp': {'time_limit_s': 30}, 'tree': {'chunks': 64}}
+    """
+    result: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        name, dot, rest = item.partition(".")
+        if not dot or not name or "=" not in rest:
+            raise InputError("", "--option", f"expected ALGORITHM.key=value (e.g. tree.chunks=64), got {item!r}")
+        result.setdefault(name, {}).update(parse_options([rest]))
+    return result
+
+
+def tune_command(
+    topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
+    collective: Annotated[str, typer.Option("--collective", "-c", help="allreduce, allgather, reducescatter, ...")],
+    size: Annotated[list[str] | None, typer.Option(
+        "--size", "-s", help="message sizes (repeatable; default 1KiB to 4GiB in powers of 4)")] = None,
+    algorithm: Annotated[list[str] | None, typer.Option(
+        "--algorithm", "-a", help="only these algorithms (repeatable; default every applicable one)")] = None,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", "-O", help="per-algorithm option ALG.key=value, e.g. tree.chunks=64 (repeatable)")] = None,
+    time_limit: Annotated[float | None, typer.Option(
+        "--time-limit", min=0.001, help="seconds per solver run, passed to algorithms that take time_limit_s (milp)")
+    ] = None,
+    skip_slow: Annotated[bool, typer.Option("--skip-slow", help="leave out slow solvers (milp) unless named")] = False,
+    model: Annotated[str, typer.Option("--model", help="evaluator model")] = "flow",
+    plot_path: Annotated[str | None, typer.Option("--plot", help="draw algbw vs size for every algorithm (PNG)")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="write the runtime table (synth.tune/1 JSON)")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Evaluate every applicable algorithm at every message size and print, per size, the winner, its
+    time, the runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
+    table a runtime can load (format in `synth.tune`)."""
+    topo = topology_argument(topology)
+    kind = parse_kind(collective, field="--collective")
+    sizes = sizes_argument(size, [str(s) for s in DEFAULT_SIZES])
+    options = algorithm_options(option)
+    with console.status("tuning...") as status:
+        result = tune(topo, kind, sizes, algorithms=algorithm, options=options, time_limit_s=time_limit, model=model,
+                      include_slow=not skip_slow, progress=lambda label: status.update(f"running {label}"))
+    if out:
+        write_table(result, out)
+    if plot_path:
+        plot(result, plot_path)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    body = []
+    for row in result.per_size:
+        percent = "-" if row.percent_of_bound is None else f"{row.percent_of_bound:.1f}%"
+        body.append([format_size(row.size), escape(row.winner), fmt_time(row.time_s), f"{row.algbw_GBps:.2f}",
+                     escape(row.runner_up or "-"), "-" if row.runner_up_time_s is None else fmt_time(row.runner_up_time_s),
+                     percent])
+    bound = f", bound {result.bound_algbw_GBps:.2f} GB/s" if result.bound_algbw_GBps else ""
+    console.print(table(f"synth tune: {kind} on {topo.name} ({topo.num_ranks} gpus), {len(result.candidates)} "
+                        f"candidates, {result.model} model{bound}",
+                        ["size", "winner", "time", "algbw GB/s", "runner-up", "runner-up time", "% of bound"],
+                        body, {0, 2, 3, 5, 6}))
+    reasons: dict[str, list[str]] = {}
+    for skipped in result.skipped:
+        reasons.setdefault(skipped.reason, []).append(skipped.algorithm)
+    for reason, labels in reasons.items():
+        console.print(f"[dim]skipped {escape(', '.join(labels))}: {escape(reason)}[/dim]")
+    if out:
+        console.print(f"wrote {out} ({len(result.ranges())} size ranges)")
+    if plot_path:
+        console.print(f"wrote {plot_path}")

@@ -1,0 +1,172 @@
+"""Exports that real tools run, and imports of what other tools wrote.
+
+- :mod:`synth.export.chakra`: Chakra execution traces plus everything ASTRA-sim needs to run them
+  (``synth export chakra``), and traces back into schedules (``synth import chakra``).
+- :mod:`synth.export.msccl`: MSCCL XML for the MSCCL executor (``synth export msccl``) and MSCCL XML
+  from MSCCLang, TACCL, ForestColl or synth back into schedules (``synth import msccl``).
+- :mod:`synth.export.et`: the in-memory trace form shared by the Chakra files and the ``astra`` model.
+
+Both importers route messages with :class:`RouteBalancer`: a file names only the two ends of a
+message, so each one takes a shortest path through switches only (never through another gpu),
+choosing among equal paths the one whose busiest link is least loaded so far, then the lightest, then
+the first in node order, which is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from synth.errors import InputError
+from synth.topology import Topology
+
+#: At most this many equal shortest paths are compared for one message.
+MAX_EQUAL_PATHS = 64
+
+
+class RouteBalancer:
+    """Shortest switch-only paths between ranks, balancing load among equal ones deterministically.
+
+    Parameters
+    ----------
+    topology : Topology
+    source : str
+        File name used in error messages.
+    allow_gpu_transit : bool
+        When no switch-only path exists, fall back to a shortest path through other gpus (the way
+        ASTRA-sim's Ring forwards through npus) instead of refusing.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> balancer = RouteBalancer(load_topology("switch:n=4"))
+    >>> balancer.route(0, 3)
+    ('gpu0', 'sw0', 'gpu3')
+    """
+
+    def __init__(self, topology: Topology, source: str = "", allow_gpu_transit: bool = False) -> None:
+        self.topology = topology
+        self.source = source
+        self.allow_gpu_transit = allow_gpu_transit
+        self.load: dict[tuple[str, str], int] = {}
+        self._order = {node: i for i, node in enumerate(topology.graph.nodes)}
+        self._candidates: dict[tuple[int, int], list[tuple[str, ...]]] = {}
+
+    def _shortest(self, src: str, dst: str) -> list[tuple[str, ...]]:
+        graph = self.topology.graph
+        distance = {src: 0}
+        parents: dict[str, list[str]] = {src: []}
+        queue = deque([src])
+        while queue:
+            node = queue.popleft()
+            if node != src and (node == dst or self.topology.is_gpu(node)):
+                continue
+            if dst in distance and distance[node] >= distance[dst]:
+                continue
+            for nxt in sorted(graph.successors(node), key=self._order.__getitem__):
+                if nxt not in distance:
+                    distance[nxt] = distance[node] + 1
+                    parents[nxt] = [node]
+                    queue.append(nxt)
+                elif distance[nxt] == distance[node] + 1:
+                    parents[nxt].append(node)
+        if dst not in distance:
+            return []
+        paths: list[tuple[str, ...]] = []
+
+        def walk(node: str, suffix: tuple[str, ...]) -> None:
+            if len(paths) >= MAX_EQUAL_PATHS:
+                return
+            if node == src:
+                paths.append((src, *suffix))
+                return
+            for parent in sorted(parents[node], key=self._order.__getitem__):
+                walk(parent, (node, *suffix))
+
+        walk(dst, ())
+        return sorted(paths, key=lambda p: [self._order[x] for x in p])
+
+    def route(self, src: int, dst: int) -> tuple[str, ...]:
+        """A path from rank ``src`` to rank ``dst``; the chosen path's links count one more message."""
+        key = (src, dst)
+        candidates = self._candidates.get(key)
+        topology = self.topology
+        if candidates is None:
+            candidates = self._shortest(topology.gpus[src], topology.gpus[dst])
+            if not candidates:
+                if not self.allow_gpu_transit:
+                    raise InputError(self.source, "", f"no path from rank {src} ({topology.gpus[src]}) to rank {dst} "
+                                     f"({topology.gpus[dst]}) on topology {topology.name!r} that crosses switches "
+                                     "only: the file names only the two ends of each message, so every pair that "
+                                     "communicates needs a direct link or a path through switches")
+                from synth.algorithms.utils import route
+
+                candidates = [route(topology, src, dst)]
+            self._candidates[key] = candidates
+        if len(candidates) == 1:
+            best = candidates[0]
+        else:
+            def cost(path: tuple[str, ...]) -> tuple[float, float]:
+                loads = [(self.load.get(hop, 0) + 1) / topology.bandwidth(*hop) for hop in zip(path, path[1:], strict=False)]
+                return max(loads), sum(loads)
+            best = min(candidates, key=cost)
+        for hop in zip(best, best[1:], strict=False):
+            self.load[hop] = self.load.get(hop, 0) + 1
+        return best
+
+
+def valid_path(topology: Topology, path: list[str] | tuple[str, ...] | None, src: int, dst: int) -> bool:
+    """True when ``path`` runs over links of ``topology`` from rank ``src``'s gpu to rank ``dst``'s."""
+    if not path or len(path) < 2 or not all(isinstance(node, str) for node in path):
+        return False
+    if path[0] != topology.gpus[src] or path[-1] != topology.gpus[dst] or len(set(path)) != len(path):
+        return False
+    return all(topology.graph.has_edge(u, v) for u, v in zip(path, path[1:], strict=False))
+
+
+class NearestTouching:
+    """Dependencies of a transfer as one rank can see them: a dep that has the rank as an end stays, a
+    dep that does not is replaced by its own nearest such ancestors (sound: they all precede it).
+
+    Memoized per (transfer, rank), so a whole schedule costs about one pass per rank involved.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> schedule = synthesize(load_topology("switch:n=4"), "allgather", "ring")
+    >>> NearestTouching(schedule.transfers).deps(5, schedule.transfers[5].src) == list(schedule.transfers[5].deps)
+    True
+    """
+
+    def __init__(self, transfers: tuple) -> None:
+        self.transfers = transfers
+        self._memo: dict[tuple[int, int], frozenset[int]] = {}
+
+    def _near(self, start: int, rank: int) -> frozenset[int]:
+        memo, transfers = self._memo, self.transfers
+        stack = [start]
+        while stack:
+            tid = stack[-1]
+            if (tid, rank) in memo:
+                stack.pop()
+                continue
+            t = transfers[tid]
+            if t.src == rank or t.dst == rank:
+                memo[(tid, rank)] = frozenset((tid,))
+                stack.pop()
+                continue
+            missing = [p for p in t.deps if (p, rank) not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            parents = [memo[(p, rank)] for p in t.deps]
+            memo[(tid, rank)] = parents[0] if len(parents) == 1 else frozenset().union(*parents)
+            stack.pop()
+        return memo[(start, rank)]
+
+    def deps(self, tid: int, rank: int) -> list[int]:
+        """The deps of transfer ``tid`` as rank ``rank`` sees them, sorted."""
+        found: set[int] = set()
+        for dep in self.transfers[tid].deps:
+            found |= self._near(dep, rank)
+        return sorted(found)

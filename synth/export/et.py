@@ -1,0 +1,451 @@
+"""Chakra execution traces (ET) in memory: a schedule as per-rank send/recv/compute node graphs.
+
+An :class:`EtProgram` holds, for every rank, the nodes ASTRA-sim runs for one collective at one
+message size. :func:`schedule_to_et` builds it from a schedule, :func:`encode_rank` /
+:func:`decode_et_file` convert one rank to and from the protobuf file form (``<prefix>.<rank>.et``).
+The same program feeds the ``astra`` evaluator model (:mod:`synth.astra`), so what the model predicts
+is what ASTRA-sim runs.
+
+How a schedule becomes nodes
+----------------------------
+Every transfer ``t`` (rank ``s`` -> rank ``d``, chunk ``c``) is one COMM_SEND_NODE on ``s`` and one
+COMM_RECV_NODE on ``d`` with the same unique tag (``tag_base + t``), so every send matches exactly its
+recv. A transfer whose path crosses switches or other gpus is still one message ``s -> d``: ASTRA-sim
+routes it inside its own network model. A reducing transfer adds a COMP_NODE on ``d`` after the recv
+(the local reduction; ``duration_micros`` from ``comp_duration_us``, 0 by default, which ASTRA-sim
+runs as 1 ns). A transfer is *done* on ``d`` when its COMP (or, for a copy, its recv) is done.
+
+A dependency ``t`` -> ``u`` of the schedule becomes an ET dependency on the rank that can see it:
+
+- ``u.src`` received ``t`` (``t.dst == u.src``): u's send waits for t's recv/COMP on that rank, so a
+  rank forwards or reduces a chunk only after it has it;
+- ``u.src`` sent ``t``: u's send waits for t's send (which completes when t's data arrives);
+- otherwise, when ``t`` touches ``u.dst``, u's recv waits for t's node there (ordering two reductions
+  into one cell, or a write after a read);
+- a dependency between ranks that touch neither end is replaced by its nearest ancestors that touch
+  ``u.src`` (sound: they precede ``t``); if none exists it cannot be expressed in per-rank traces and
+  is counted in :attr:`EtProgram.dropped_deps`.
+
+A rank with nothing to do gets one zero-duration COMP node (ASTRA-sim exits on an empty trace).
+
+Schedule parameters read here (all optional, under ``schedule.params["et"]``; the Chakra importer
+writes them so an imported trace converts back to the same nodes):
+
+``comp_us``
+    COMP duration in µs for every reducing transfer (default 0).
+``comp_us_by_transfer``
+    ``{"<transfer id>": µs}``: a COMP after that transfer's recv, overriding ``comp_us``; a copy
+    transfer listed here gets a COMP too.
+``recv_after``
+    ``{"<transfer id>": [ids]}``: extra transfers the receiving rank waits for before it posts the
+    recv (ASTRA-sim still moves the data as soon as it is sent).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synth.collectives import Kind
+from synth.errors import InputError, LimitError
+from synth.export import NearestTouching
+from synth.proto import et_def
+from synth.proto.et_def import CollectiveCommType, NodeType
+from synth.schedule import REDUCE, Schedule
+
+#: ``GlobalMetadata.version`` written into every file (nobody checks it; it must not be empty).
+ET_VERSION = "0.0.4"
+#: Marker in the metadata of the files synth writes.
+FORMAT = "synth.chakra/1"
+#: Tags must stay below this (ASTRA-sim's limit).
+MAX_TAG = 500_000_000
+#: Largest accepted ET file (bytes).
+MAX_ET_BYTES = 1 << 30
+
+COMM_TYPE: dict[Kind, CollectiveCommType] = {
+    Kind.ALLREDUCE: CollectiveCommType.ALL_REDUCE,
+    Kind.REDUCE: CollectiveCommType.REDUCE,
+    Kind.ALLGATHER: CollectiveCommType.ALL_GATHER,
+    Kind.BROADCAST: CollectiveCommType.BROADCAST,
+    Kind.ALLTOALL: CollectiveCommType.ALL_TO_ALL,
+    Kind.REDUCESCATTER: CollectiveCommType.REDUCE_SCATTER,
+}
+
+
+@dataclass
+class EtNode:
+    """One node of a rank's trace.
+
+    ``peer`` is ``comm_dst`` of a send and ``comm_src`` of a recv; ``extras`` are attributes the
+    simulator ignores (synth writes ``chunk``, ``transfer``, ``op``, ``deps`` and ``path``).
+    """
+
+    id: int
+    name: str
+    type: NodeType
+    deps: tuple[int, ...] = ()
+    peer: int = -1
+    size: int = 0
+    tag: int = 0
+    duration_us: int = 0
+    transfer: int | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EtProgram:
+    """Per-rank node lists of one collective at one message size, plus the metadata to write."""
+
+    num_ranks: int
+    nodes: list[list[EtNode]]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    dropped_deps: int = 0
+    #: transfer id -> path, for simulating on the physical links of a topology
+    paths: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """Node counts by type over all ranks."""
+        result: dict[str, int] = {}
+        for rank_nodes in self.nodes:
+            for node in rank_nodes:
+                result[node.type.name] = result.get(node.type.name, 0) + 1
+        return dict(sorted(result.items()))
+
+
+def chunk_bytes(schedule: Schedule, size: int) -> int:
+    """Bytes per message for a collective of ``size`` bytes: size / chunks rounded up (at least 1)."""
+    return max(1, math.ceil(size / schedule.collective.chunks))
+
+
+def et_params(schedule: Schedule) -> tuple[int, dict[int, int], dict[int, list[int]]]:
+    """(default COMP µs, per-transfer COMP µs, recv_after) from ``schedule.params["et"]``, validated."""
+    raw = schedule.params.get("et") if isinstance(schedule.params, Mapping) else None
+    if raw is None:
+        return 0, {}, {}
+    if not isinstance(raw, Mapping):
+        raise InputError("", "params.et", "expected an object")
+    count = len(schedule.transfers)
+
+    def transfer_id(key: Any, where: str) -> int:
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            raise InputError("", where, f"expected a transfer id, got {key!r}") from None
+        if not 0 <= tid < count:
+            raise InputError("", where, f"transfer id {tid} is out of range 0..{count - 1}")
+        return tid
+
+    comp_us = raw.get("comp_us", 0)
+    if isinstance(comp_us, bool) or not isinstance(comp_us, int) or comp_us < 0:
+        raise InputError("", "params.et.comp_us", f"expected a whole number of µs >= 0, got {comp_us!r}")
+    by_transfer: dict[int, int] = {}
+    for key, value in dict(raw.get("comp_us_by_transfer", {})).items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError("", f"params.et.comp_us_by_transfer.{key}", f"expected µs >= 0, got {value!r}")
+        by_transfer[transfer_id(key, "params.et.comp_us_by_transfer")] = value
+    recv_after: dict[int, list[int]] = {}
+    for key, value in dict(raw.get("recv_after", {})).items():
+        if not isinstance(value, list):
+            raise InputError("", f"params.et.recv_after.{key}", "expected a list of transfer ids")
+        recv_after[transfer_id(key, "params.et.recv_after")] = [transfer_id(v, f"params.et.recv_after.{key}")
+                                                               for v in value]
+    return comp_us, by_transfer, recv_after
+
+
+def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None = None, tag_base: int = 0,
+                   extras: bool = True) -> EtProgram:
+    """The per-rank traces ASTRA-sim runs for ``schedule`` at ``size`` bytes (see the module docstring).
+
+    Parameters
+    ----------
+    schedule : Schedule
+    size : int
+        Message size in bytes as nccl-tests counts it; each message is ``size / chunks`` (rounded up).
+    comp_duration_us : int, optional
+        Duration of every reduction COMP node, overriding the schedule's ``params["et"]``.
+    tag_base : int
+        First tag; transfer ``t`` uses ``tag_base + t``.
+    extras : bool
+        Write synth's extra attributes (chunk, transfer, op, deps, path) on comm nodes.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> program = schedule_to_et(synthesize(load_topology("switch:n=4"), "allreduce", "ring"), 2**20)
+    >>> program.counts()
+    {'COMM_RECV_NODE': 24, 'COMM_SEND_NODE': 24, 'COMP_NODE': 12}
+    """
+    transfers = schedule.transfers
+    if tag_base < 0 or tag_base + len(transfers) > MAX_TAG:
+        raise LimitError(f"tags {tag_base}..{tag_base + len(transfers) - 1} exceed ASTRA-sim's tag limit of "
+                         f"{MAX_TAG} ({len(transfers)} transfers); use fewer chunks or a smaller tag base")
+    default_us, comp_by_transfer, recv_after = et_params(schedule)
+    if comp_duration_us is not None:
+        if comp_duration_us < 0:
+            raise InputError("", "--comp-duration-us", f"expected a duration >= 0, got {comp_duration_us}")
+        default_us, comp_by_transfer = comp_duration_us, {}
+    message = chunk_bytes(schedule, size)
+    n = schedule.collective.num_ranks
+    nodes: list[list[EtNode]] = [[] for _ in range(n)]
+    send_node: list[EtNode] = []
+    recv_node: list[EtNode] = []
+    done_node: list[EtNode] = []
+
+    for t in transfers:
+        tag = tag_base + t.id
+        info = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if extras else {}
+        send = EtNode(len(nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}", NodeType.COMM_SEND_NODE,
+                      peer=t.dst, size=message, tag=tag, transfer=t.id,
+                      extras={**info, "deps": list(t.deps), "path": list(t.path)} if extras else {})
+        nodes[t.src].append(send)
+        recv = EtNode(len(nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}", NodeType.COMM_RECV_NODE,
+                      peer=t.src, size=message, tag=tag, transfer=t.id, extras=dict(info))
+        nodes[t.dst].append(recv)
+        done = recv
+        if t.op == REDUCE or t.id in comp_by_transfer:
+            duration = comp_by_transfer.get(t.id, default_us)
+            done = EtNode(len(nodes[t.dst]), f"reduce_t{t.id}_c{t.chunk}", NodeType.COMP_NODE, (recv.id,),
+                          duration_us=duration, transfer=t.id, extras={"transfer": t.id} if extras else {})
+            nodes[t.dst].append(done)
+        send_node.append(send)
+        recv_node.append(recv)
+        done_node.append(done)
+
+    def on_rank(dep: int, rank: int) -> EtNode | None:
+        d = transfers[dep]
+        if d.dst == rank:
+            return done_node[dep]
+        if d.src == rank:
+            return send_node[dep]
+        return None
+
+    dropped = 0
+    near = _Near(transfers)
+    for t in transfers:
+        send_deps: set[int] = set()
+        recv_deps: set[int] = set()
+        for dep in t.deps:
+            if (node := on_rank(dep, t.src)) is not None:
+                send_deps.add(node.id)
+            elif (node := on_rank(dep, t.dst)) is not None:
+                recv_deps.add(node.id)
+            else:
+                found = near.deps_of(dep, t.src)
+                if found:
+                    send_deps.update(on_rank(a, t.src).id for a in found)  # type: ignore[union-attr]
+                else:
+                    dropped += 1
+        for dep in recv_after.get(t.id, ()):
+            if (node := on_rank(dep, t.dst)) is not None:
+                recv_deps.add(node.id)
+        send_node[t.id].deps = tuple(sorted(send_deps))
+        recv_node[t.id].deps = tuple(sorted(recv_deps))
+
+    for rank in range(n):
+        if not nodes[rank]:
+            nodes[rank].append(EtNode(0, "idle", NodeType.COMP_NODE, duration_us=0))
+    coll = schedule.collective
+    metadata: dict[str, Any] = {
+        "producer": "synth", "format": FORMAT, "collective": coll.kind.value, "chunks": coll.chunks,
+        "num_ranks": n, "size": size, "message_bytes": message, "algorithm": schedule.algorithm,
+        "topology": schedule.topology, "transfers": len(transfers), "tag_base": tag_base,
+    }
+    if coll.root is not None:
+        metadata["root"] = coll.root
+    if extras:
+        metadata["ranks"] = list(schedule.ranks)
+        metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)
+    return EtProgram(n, nodes, metadata, dropped, {t.id: t.path for t in transfers})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Near(NearestTouching):
+    def deps_of(self, dep: int, rank: int) -> list[int]:
+        """Nearest ancestors of transfer ``dep`` (following deps) that have ``rank`` as an end."""
+        found: set[int] = set()
+        for parent in self.transfers[dep].deps:
+            found |= self._near(parent, rank)
+        return sorted(found)
+
+
+# ------------------------------------------------------------------------------------ protobuf
+def _set_attr(node: Any, name: str, value: Any, kind: str) -> None:
+    attr = node.attr.add(name=name)
+    if kind == "bool":
+        attr.bool_val = bool(value)
+    elif kind == "int32":
+        attr.int32_val = int(value)
+    elif kind == "int64":
+        attr.int64_val = int(value)
+    elif kind == "string":
+        attr.string_val = str(value)
+    elif kind == "int64_list":
+        attr.int64_list.values.extend(int(v) for v in value)
+    elif kind == "string_list":
+        attr.string_list.values.extend(str(v) for v in value)
+    elif kind == "bool_list":
+        attr.bool_list.values.extend(bool(v) for v in value)
+    else:  # pragma: no cover - programming error
+        raise ValueError(kind)
+
+
+def _extra_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return "int64_list"
+    if isinstance(value, list):
+        return "string_list"
+    return "string"
+
+
+def metadata_message(metadata: Mapping[str, Any]) -> Any:
+    """The ``GlobalMetadata`` record: version plus one attribute per metadata entry."""
+    message = et_def.GlobalMetadata(version=ET_VERSION)
+    for name, value in metadata.items():
+        _set_attr(message, name, value, _extra_kind(value))
+    return message
+
+
+def node_message(node: EtNode, rank: int) -> Any:
+    """The protobuf ``Node`` for one :class:`EtNode` on ``rank``, with the attribute types ASTRA-sim's
+    old and new readers both accept."""
+    message = et_def.Node(id=node.id, name=node.name, type=int(node.type))
+    message.data_deps.extend(node.deps)
+    if node.type == NodeType.COMP_NODE:
+        message.duration_micros = node.duration_us
+    _set_attr(message, "is_cpu_op", False, "bool")
+    if node.type == NodeType.COMM_SEND_NODE:
+        _set_attr(message, "comm_src", rank, "int32")
+        _set_attr(message, "comm_dst", node.peer, "int32")
+        _set_attr(message, "comm_size", node.size, "int64")
+        _set_attr(message, "comm_tag", node.tag, "int32")
+    elif node.type == NodeType.COMM_RECV_NODE:
+        _set_attr(message, "comm_src", node.peer, "int32")
+        _set_attr(message, "comm_size", node.size, "int64")
+        _set_attr(message, "comm_tag", node.tag, "int32")
+    for name, value in node.extras.items():
+        _set_attr(message, name, value, _extra_kind(value))
+    return message
+
+
+def encode_rank(program: EtProgram, rank: int) -> bytes:
+    """The bytes of ``<prefix>.<rank>.et``: metadata record first, then every node."""
+    records = [metadata_message({**program.metadata, "rank": rank}).SerializeToString()]
+    records.extend(node_message(node, rank).SerializeToString() for node in program.nodes[rank])
+    return et_def.encode_records(records)
+
+
+def workload_bytes(kind: Kind, size: int, rank: int, dims: int = 1, comm_type: CollectiveCommType | None = None) -> bytes:
+    """A workload trace for one rank: metadata and one COMM_COLL_NODE calling the collective."""
+    node = et_def.Node(id=0, name=f"{kind.value}_{size}B", type=int(NodeType.COMM_COLL_NODE))
+    _set_attr(node, "is_cpu_op", False, "bool")
+    _set_attr(node, "comm_type", int(COMM_TYPE[kind] if comm_type is None else comm_type), "int64")
+    _set_attr(node, "comm_size", size, "int64")
+    _set_attr(node, "involved_dim", [True] * dims, "bool_list")
+    meta = metadata_message({"producer": "synth", "rank": rank})
+    return et_def.encode_records([meta.SerializeToString(), node.SerializeToString()])
+
+
+def attribute_value(attr: Any) -> Any:
+    """The Python value of an ``AttributeProto`` (lists as lists), or None when no value is set."""
+    which = attr.WhichOneof("value")
+    if which is None:
+        return None
+    value = getattr(attr, which)
+    if which.endswith("_list"):
+        return list(value.values)
+    return value
+
+
+@dataclass
+class EtFile:
+    """One decoded ET file: metadata attributes and nodes (comm attributes read into fields)."""
+
+    version: str
+    metadata: dict[str, Any]
+    nodes: list[EtNode]
+
+
+def decode_et_bytes(data: bytes, source: str = "") -> EtFile:
+    """Decode one rank's ET bytes; raises :class:`InputError` naming the record and field.
+
+    Integer attributes are accepted in any integer type; a missing ``is_cpu_op`` means false (the
+    reader's default). A zero-length record ends the trace, as in Chakra's own reader.
+    """
+    from google.protobuf.message import DecodeError
+
+    records = et_def.decode_records(data, source)
+    if not records:
+        raise InputError(source, "", "empty file: expected a GlobalMetadata record then nodes")
+    try:
+        meta = et_def.GlobalMetadata.FromString(records[0])
+    except DecodeError as error:
+        raise InputError(source, "record 0", f"not a GlobalMetadata message: {error}") from None
+    metadata = {a.name: attribute_value(a) for a in meta.attr}
+    nodes: list[EtNode] = []
+    ids: set[int] = set()
+    for index, record in enumerate(records[1:], start=1):
+        if not record:
+            break
+        try:
+            message = et_def.Node.FromString(record)
+        except DecodeError as error:
+            raise InputError(source, f"record {index}", f"not a Node message: {error}") from None
+        where = f"node {message.id} (record {index})"
+        if message.id in ids:
+            raise InputError(source, where, "duplicate node id")
+        ids.add(message.id)
+        try:
+            kind = NodeType(message.type)
+        except ValueError:
+            raise InputError(source, f"{where}.type", f"unknown node type {message.type}") from None
+        attrs = {a.name: attribute_value(a) for a in message.attr}
+        node = EtNode(message.id, message.name, kind, tuple(dict.fromkeys([*message.data_deps, *message.ctrl_deps])),
+                      duration_us=int(message.duration_micros))
+        if kind in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+            peer_name = "comm_dst" if kind == NodeType.COMM_SEND_NODE else "comm_src"
+            for name in (peer_name, "comm_size", "comm_tag"):
+                value = attrs.get(name)
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise InputError(source, f"{where}.{name}", f"expected an integer attribute, got {value!r}")
+            node.peer, node.size, node.tag = attrs[peer_name], attrs["comm_size"], attrs["comm_tag"]
+            if node.size <= 0:
+                raise InputError(source, f"{where}.comm_size", f"expected a positive size, got {node.size}")
+        if attrs.get("is_cpu_op"):
+            raise InputError(source, f"{where}.is_cpu_op", "true: a collective's ET must run on the device")
+        node.extras = {k: v for k, v in attrs.items()
+                       if k not in ("is_cpu_op", "comm_src", "comm_dst", "comm_size", "comm_tag")}
+        nodes.append(node)
+    for node in nodes:
+        for dep in node.deps:
+            if dep not in ids:
+                raise InputError(source, f"node {node.id}.data_deps", f"unknown node id {dep}")
+    return EtFile(meta.version, metadata, nodes)
+
+
+def decode_et_file(path: str | Path) -> EtFile:
+    """Read and decode one ``.et`` file (size-checked)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_ET_BYTES:
+            raise InputError(str(path), "", f"file is {size} bytes, more than the limit of {MAX_ET_BYTES}")
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(str(path), "", f"cannot read file: {error.strerror or error}") from None
+    return decode_et_bytes(data, str(path))

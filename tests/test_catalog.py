@@ -1,0 +1,150 @@
+"""The schedule catalog: every file in schedules/ verifies and its figures match a fresh evaluation; the
+generator is deterministic, atomic, drops stale files and respects the size limit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import synth.catalog as catalog
+from synth.catalog import CATALOG_SIZE, build_catalog, check_catalog, render_readme, slug
+from synth.cli import app
+from synth.collectives import Kind
+from synth.evaluate import evaluate
+from synth.explain import explain
+from synth.library import load_topology
+from synth.schedule import Schedule
+from synth.verify import verify
+
+SCHEDULES = Path(__file__).resolve().parents[1] / "schedules"
+runner = CliRunner()
+
+
+def shipped_entries() -> list[dict]:
+    index = SCHEDULES / "index.json"
+    if not index.is_file():
+        return []
+    return [e for e in json.loads(index.read_text())["entries"] if e["file"]]
+
+
+@pytest.mark.parametrize("entry", shipped_entries(), ids=lambda e: f"{e['topology']}-{e['collective']}")
+def test_catalog_schedule_verifies_and_matches_its_figures(entry):
+    topology = load_topology(entry["topology"])
+    schedule = Schedule.from_file(SCHEDULES / entry["file"])
+    verify(schedule, topology)
+    assert schedule.algorithm == entry["algorithm"]
+    assert schedule.kind.value == entry["collective"]
+    assert len(schedule.transfers) == entry["transfers"]
+    assert (SCHEDULES / entry["file"]).stat().st_size <= catalog.MAX_JSON_BYTES
+    algbw = evaluate(schedule, topology, CATALOG_SIZE, pipeline=entry["pipeline"]).algbw_GBps
+    assert algbw == pytest.approx(entry["algbw_GBps"], rel=1e-9)
+    readme = (SCHEDULES / "README.md").read_text()
+    assert f"| {entry['algorithm']} | {algbw:.2f} |" in readme
+    assert entry["command"] in readme
+    if entry["msccl"]:
+        assert (SCHEDULES / entry["msccl"]).read_text().lstrip().startswith("<")
+    summary = explain(schedule, topology, size=CATALOG_SIZE)  # `synth explain` works on every catalog file
+    assert sum(step.transfers for step in summary.steps) == len(schedule.transfers)
+    assert summary.lower_bound_s <= evaluate(schedule, topology, CATALOG_SIZE).time_s * (1 + 1e-9)
+
+
+def test_catalog_is_present_and_small():
+    if not (SCHEDULES / "index.json").is_file():
+        pytest.skip("schedules/ has not been generated yet (run `synth catalog`)")
+    total = sum(p.stat().st_size for p in SCHEDULES.iterdir() if p.is_file())
+    assert total < 20 * 10**6, f"the catalog is {total / 1e6:.1f} MB; keep it a few MB"
+    data = json.loads((SCHEDULES / "index.json").read_text())
+    assert data["size"] == CATALOG_SIZE
+    listed = {e["file"] for e in data["entries"] if e["file"]} | {e["msccl"] for e in data["entries"] if e["msccl"]}
+    on_disk = {p.name for p in SCHEDULES.iterdir() if p.suffix in (".json", ".xml")} - {"index.json"}
+    assert on_disk == listed, "every schedule file is listed in the index and vice versa"
+
+
+def test_build_catalog_small_is_deterministic_and_checks(tmp_path):
+    first = tmp_path / "one"
+    entries = build_catalog(first, ["ring:n=4", "switch:n=4"], [Kind.ALLGATHER, Kind.BROADCAST])
+    assert [(e.topology, e.collective) for e in entries] == [
+        ("ring:n=4", "allgather"), ("ring:n=4", "broadcast"), ("switch:n=4", "allgather"), ("switch:n=4", "broadcast")]
+    for e in entries:
+        assert e.file == f"{slug(e.topology)}.{e.collective}.json"
+        schedule = Schedule.from_file(first / e.file)
+        topo = load_topology(e.topology)
+        verify(schedule, topo)
+        assert evaluate(schedule, topo, CATALOG_SIZE, pipeline=e.pipeline).algbw_GBps == e.algbw_GBps
+    assert check_catalog(first) == []
+    second = tmp_path / "two"
+    build_catalog(second, ["ring:n=4", "switch:n=4"], [Kind.ALLGATHER, Kind.BROADCAST], out_label=str(first))
+    for path in first.iterdir():
+        assert (second / path.name).read_bytes() == path.read_bytes(), f"{path.name} differs between runs"
+    readme = (first / "README.md").read_text()
+    assert readme.count("\n| ring:n=4 |") == 2 and "synth generate switch:n=4 -c broadcast -a" in readme
+
+
+def test_best_is_chosen_by_algbw_at_1gib(tmp_path):
+    entries = build_catalog(tmp_path, ["switch:n=4"], [Kind.ALLGATHER])
+    (entry,) = entries
+    from synth.compare import run_all
+
+    rows, _, _ = run_all(load_topology("switch:n=4"), [Kind.ALLGATHER], [CATALOG_SIZE], include_slow=False,
+                         keep_going=True)
+    assert entry.algbw_GBps == max(r.algbw_GBps for r in rows)
+
+
+def test_stale_files_are_removed_and_size_limit_is_kept(tmp_path, monkeypatch):
+    build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER, Kind.ALLREDUCE])
+    assert (tmp_path / "ring-n-4.allreduce.json").is_file()
+    (tmp_path / "notes.txt").write_text("mine")
+    build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER])
+    assert not (tmp_path / "ring-n-4.allreduce.json").exists()
+    assert (tmp_path / "notes.txt").read_text() == "mine", "files the catalog did not write are left alone"
+    monkeypatch.setattr(catalog, "MAX_JSON_BYTES", 100)
+    (entry,) = build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER])
+    assert entry.file is None and "over the 0.0001 MB limit" in entry.note
+    assert "| ring:n=4 | 4 | allgather | - |" in (tmp_path / "README.md").read_text()
+    assert not (tmp_path / "ring-n-4.allgather.json").exists()
+
+
+def test_msccl_xml_is_written_when_small_enough(tmp_path, monkeypatch):
+    pytest.importorskip("synth.export.msccl", reason="the MSCCL exporter is not available")
+    (entry,) = build_catalog(tmp_path / "a", ["switch:n=4"], [Kind.ALLGATHER])
+    assert entry.msccl == "switch-n-4.allgather.xml"
+    assert (tmp_path / "a" / entry.msccl).read_text().startswith("<algo ")
+    monkeypatch.setattr(catalog, "MAX_XML_BYTES", 10)
+    (entry,) = build_catalog(tmp_path / "b", ["switch:n=4"], [Kind.ALLGATHER])
+    assert entry.msccl is None and "MSCCL XML left out" in entry.note and entry.file
+    assert not list((tmp_path / "b").glob("*.xml"))
+
+
+def test_check_catalog_finds_tampering(tmp_path):
+    build_catalog(tmp_path, ["switch:n=4"], [Kind.ALLREDUCE])
+    (entry,) = json.loads((tmp_path / "index.json").read_text())["entries"]
+    index = json.loads((tmp_path / "index.json").read_text())
+    index["entries"][0]["algbw_GBps"] *= 1.01
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    problems = check_catalog(tmp_path)
+    assert problems and "algbw is" in problems[0]
+    data = json.loads((tmp_path / entry["file"]).read_text())
+    data["transfers"] = data["transfers"][:-1]
+    (tmp_path / entry["file"]).write_text(json.dumps(data))
+    assert any("postcondition" in p or "does not" in p or "never" in p or "missing" in p
+               for p in check_catalog(tmp_path)), check_catalog(tmp_path)
+
+
+def test_readme_without_entries_says_so():
+    assert "(no shipped topologies)" in render_readme([])
+
+
+def test_cli_catalog_and_check(tmp_path):
+    out = tmp_path / "cat"
+    result = runner.invoke(app, ["catalog", "--out", str(out), "-t", "ring:n=4", "-c", "allgather", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["topology"] == "ring:n=4" and row["file"] == "ring-n-4.allgather.json"
+    result = runner.invoke(app, ["catalog", "--out", str(out), "--check"])
+    assert result.exit_code == 0 and "every schedule verifies" in result.stdout
+    (out / "ring-n-4.allgather.json").write_text("{}")
+    result = runner.invoke(app, ["catalog", "--out", str(out), "--check"])
+    assert result.exit_code == 1 and "problem" in result.stdout

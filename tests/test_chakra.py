@@ -1,0 +1,289 @@
+"""Chakra ET export and import: bytes decoded by plain protobuf, ASTRA-sim files, vectors, round trips."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from synth.algorithms import available, synthesize
+from synth.astra import astra_time_ns
+from synth.collectives import Kind
+from synth.errors import InputError, NotApplicable, SynthError
+from synth.evaluate import evaluate
+from synth.export.chakra import export_chakra, import_chakra
+from synth.export.et import MAX_TAG, decode_et_bytes, encode_rank, schedule_to_et
+from synth.library import load_topology
+from synth.proto import et_def
+from synth.verify import verify
+from tests.strategies import topologies
+
+VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors" / "astra-sim"
+VECTOR_PREFIX = VECTORS / "custom_ring_allreduce_8npus_1MB" / "custom_allreduce"
+PROTO = Path(__file__).resolve().parents[1] / "synth" / "proto" / "et_def.proto"
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def pb(tmp_path_factory):
+    """Message classes compiled from the .proto by protoc (grpcio-tools): independent of synth's code."""
+    if importlib.util.find_spec("grpc_tools") is None:
+        pytest.skip("grpcio-tools (a dev dependency: pip install -e '.[dev]') is not installed")
+    out = tmp_path_factory.mktemp("protoc")
+    # protoc runs in its own process: its compiled extension must not share this one with ortools
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO.parent}", f"--python_out={out}",
+                    str(PROTO)], check=True, capture_output=True)
+    spec = importlib.util.spec_from_file_location("et_def_pb2", out / "et_def_pb2.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["et_def_pb2"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _varint_records(data: bytes) -> list[bytes]:
+    """Split length-delimited records with a varint decoder written here, not synth's."""
+    records, position = [], 0
+    while position < len(data):
+        length, shift = 0, 0
+        while True:
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        records.append(data[position:position + length])
+        position += length
+    return records
+
+
+def _attrs(node):
+    return {a.name: (a.WhichOneof("value"), getattr(a, a.WhichOneof("value"))) for a in node.attr}
+
+
+def test_proto_matches_what_protoc_compiles(pb):
+    from google.protobuf import descriptor_pb2
+
+    compiled = descriptor_pb2.FileDescriptorProto()
+    pb.DESCRIPTOR.CopyToProto(compiled)
+    assert compiled == et_def.FILE_DESCRIPTOR
+
+
+def test_ring_allreduce_on_8npu_switch_decodes_node_by_node(pb, tmp_path):
+    topology = load_topology("switch:n=8")
+    schedule = synthesize(topology, "allreduce", "ring")
+    report = export_chakra(schedule, topology, [MIB], tmp_path)
+    message = MIB // schedule.chunks
+    sends, recvs = {}, {}
+    for rank in range(8):
+        records = _varint_records((tmp_path / f"{report.name}.{rank}.et").read_bytes())
+        metadata = pb.GlobalMetadata.FromString(records[0])
+        assert metadata.version  # never empty: an empty record would end decoding
+        nodes = [pb.Node.FromString(r) for r in records[1:]]
+        assert all(record for record in records)
+        ids = {node.id for node in nodes}
+        assert len(ids) == len(nodes)
+        by_id = {node.id: node for node in nodes}
+        for node in nodes:
+            attrs = _attrs(node)
+            assert node.name
+            assert attrs["is_cpu_op"] == ("bool_val", False)
+            assert set(node.data_deps) <= ids
+            if node.type == pb.COMM_SEND_NODE:
+                assert attrs["comm_src"] == ("int32_val", rank)
+                assert attrs["comm_dst"][0] == "int32_val" and attrs["comm_dst"][1] != rank
+                assert attrs["comm_size"] == ("int64_val", message)
+                assert attrs["comm_tag"][0] == "int32_val" and 0 <= attrs["comm_tag"][1] < MAX_TAG
+                key = (attrs["comm_tag"][1], rank, attrs["comm_dst"][1], message)
+                assert key not in sends
+                sends[key] = (rank, node)
+            elif node.type == pb.COMM_RECV_NODE:
+                assert attrs["comm_src"][0] == "int32_val"
+                assert attrs["comm_size"] == ("int64_val", message)
+                assert attrs["comm_tag"][0] == "int32_val"
+                key = (attrs["comm_tag"][1], attrs["comm_src"][1], rank, message)
+                assert key not in recvs
+                recvs[key] = (rank, node)
+            else:
+                assert node.type == pb.COMP_NODE
+                assert node.duration_micros == 0
+                (parent,) = node.data_deps  # a reduction follows exactly its recv
+                assert by_id[parent].type == pb.COMM_RECV_NODE
+        # a rank forwards a chunk only after it has it: every send of a chunk this rank received
+        # depends on the COMP (reduce) or recv (copy) node of that chunk; one chain starts per rank
+        received = {}
+        for node in nodes:
+            if node.type == pb.COMM_RECV_NODE:
+                chunk = _attrs(node)["chunk"][1]
+                done = next((n for n in nodes if n.type == pb.COMP_NODE and node.id in n.data_deps), node)
+                received.setdefault(chunk, set()).add(done.id)
+        starts = 0
+        for node in nodes:
+            if node.type == pb.COMM_SEND_NODE:
+                chunk = _attrs(node)["chunk"][1]
+                if not set(node.data_deps) & received.get(chunk, set()):
+                    starts += 1
+        assert starts == 1
+    assert sends.keys() == recvs.keys()  # every send matches exactly one recv on (tag, src, dst, size)
+    assert len({key[0] for key in sends}) == len(sends) == len(schedule.transfers)  # distinct tags
+
+    # the workload: one COMM_COLL_NODE per rank, ALL_REDUCE of the whole size
+    for rank in range(8):
+        records = _varint_records((tmp_path / f"workload.{rank}.et").read_bytes())
+        (coll,) = [pb.Node.FromString(r) for r in records[1:]]
+        assert coll.type == pb.COMM_COLL_NODE
+        attrs = _attrs(coll)
+        assert attrs["comm_type"] == ("int64_val", pb.ALL_REDUCE)
+        assert attrs["comm_size"] == ("int64_val", MIB)
+    system = json.loads((tmp_path / "system.json").read_text())
+    assert system["all-reduce-implementation-custom"] == [report.name]
+    assert system["preferred-dataset-splits"] == 1
+    assert json.loads((tmp_path / "remote_memory.json").read_text()) == {"memory-type": "NO_MEMORY_EXPANSION"}
+    network = (tmp_path / "network.yml").read_text()
+    assert "topology: [ Switch ]" in network and "npus_count: [ 8 ]" in network
+    assert "bandwidth: [ 46.566128730773926 ]" in network  # 50 GB/s (10^9) in ASTRA-sim's GB (2^30)
+    assert "latency: [ 500 ]" in network
+    script = (tmp_path / "run_astrasim.sh").read_text()
+    assert ("--workload-configuration=workload --system-configuration=system.json "
+            "--network-configuration=network.yml --remote-memory-configuration=remote_memory.json") in script
+
+
+def test_idle_rank_gets_a_zero_duration_comp_node():
+    topology = load_topology("switch:n=4")
+    schedule = synthesize(topology, "broadcast", "binomial", root=0, chunks=1)
+    program = schedule_to_et(schedule, MIB)
+    for rank in range(4):
+        assert program.nodes[rank]
+    idle = [nodes for nodes in program.nodes if len(nodes) == 1 and nodes[0].type == et_def.NodeType.COMP_NODE]
+    assert all(nodes[0].duration_us == 0 for nodes in idle)
+    # a rank with no transfer at all
+    from synth.schedule import Schedule
+
+    empty = Schedule(schedule.collective, schedule.topology, schedule.ranks, "x", {}, schedule.transfers[:1])
+    program = schedule_to_et(empty, MIB)
+    assert [n.name for n in program.nodes[3]] == ["idle"]
+
+
+def test_several_sizes_write_subfolders_and_same_input_same_bytes(tmp_path):
+    topology = load_topology("ring:n=4")
+    schedule = synthesize(topology, "allgather", "ring")
+    export_chakra(schedule, topology, [MIB, 2**30], tmp_path / "a")
+    export_chakra(schedule, topology, [MIB, 2**30], tmp_path / "b")
+    for sub in ("1MiB", "1GiB"):
+        assert (tmp_path / "a" / sub / "ring_allgather.3.et").is_file()
+        assert (tmp_path / "a" / sub / "system.json").is_file()
+    for path in sorted((tmp_path / "a").rglob("*")):
+        if path.is_file():
+            assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
+    assert "--network-configuration=../network.yml" in (tmp_path / "a" / "run_astrasim.sh").read_text()
+
+
+def test_topology_astra_sim_cannot_describe_gets_a_note_and_traces(tmp_path):
+    topology = load_topology("leaf-spine:leaves=2,gpus_per_leaf=2,spines=2")
+    schedule = synthesize(topology, "allreduce", "ring")
+    report = export_chakra(schedule, topology, [MIB], tmp_path)
+    assert report.network is None
+    assert any("cannot describe" in w for w in report.warnings)
+    assert not (tmp_path / "network.yml").exists()
+    assert "cannot describe" in (tmp_path / "NOTE.txt").read_text()
+    assert (tmp_path / f"{report.name}.0.et").is_file()
+
+
+def test_broadcast_runs_through_the_all_reduce_slot(tmp_path):
+    topology = load_topology("switch:n=4")
+    schedule = synthesize(topology, "broadcast", "binomial", root=1)
+    report = export_chakra(schedule, topology, [MIB], tmp_path)
+    assert json.loads((tmp_path / "system.json").read_text())["all-reduce-implementation-custom"] == [report.name]
+    assert any("no custom-implementation slot" in w for w in report.warnings)
+
+
+def test_comp_duration_option_and_round_trip_keeps_it(tmp_path):
+    topology = load_topology("ring:n=8,bandwidth=53.6870912,latency=0.5")
+    schedule = synthesize(topology, "allreduce", "ring")
+    report = export_chakra(schedule, topology, [MIB], tmp_path, comp_duration_us=7)
+    assert report.sets[0].predicted_ns == 90174
+    back = import_chakra(tmp_path / report.name, topology)
+    assert back.params["et"]["comp_us"] == 7
+    assert astra_time_ns(back, topology, MIB) == 90174
+
+
+def test_vector_imports_and_verifies_on_ring_and_switch():
+    if not VECTOR_PREFIX.parent.exists():
+        pytest.skip(f"shared vectors not found at {VECTORS}")
+    for spec in ("ring:n=8,bandwidth=53.6870912,latency=0.5", "switch:n=8"):
+        topology = load_topology(spec)
+        schedule = import_chakra(VECTOR_PREFIX, topology)
+        report = verify(schedule, topology)
+        assert schedule.kind == Kind.ALLREDUCE and schedule.chunks == 8
+        assert report.transfers == 112 and report.depth == 14
+        assert sum(t.op == "reduce" for t in schedule.transfers) == 56
+        assert schedule.params["et"]["comp_us"] == 7
+
+
+def test_vector_with_the_wrong_rank_count_is_refused():
+    if not VECTOR_PREFIX.parent.exists():
+        pytest.skip(f"shared vectors not found at {VECTORS}")
+    with pytest.raises(InputError, match="8 trace files"):
+        import_chakra(VECTOR_PREFIX, load_topology("switch:n=4"))
+
+
+def test_bad_files_give_clear_errors(tmp_path):
+    with pytest.raises(InputError, match="no trace files"):
+        import_chakra(tmp_path / "nothing", load_topology("switch:n=2"))
+    (tmp_path / "x.0.et").write_bytes(b"\x05ab")
+    with pytest.raises(InputError, match="truncated"):
+        decode_et_bytes((tmp_path / "x.0.et").read_bytes(), "x.0.et")
+    with pytest.raises(InputError, match="empty file"):
+        decode_et_bytes(b"", "empty.et")
+
+
+def _round_trip_cases():
+    cases = []
+    for spec in ("switch:n=8", "ring:n=8"):
+        for kind in Kind:
+            for algorithm in available(kind):
+                cases.append((spec, kind, algorithm.name))
+    return cases
+
+
+@pytest.mark.parametrize(("spec", "kind", "algorithm"), _round_trip_cases())
+def test_round_trip_every_algorithm(spec, kind, algorithm, tmp_path):
+    topology = load_topology(spec)
+    try:
+        schedule = synthesize(topology, kind, algorithm)
+    except NotApplicable as reason:
+        pytest.skip(str(reason))
+    except (SynthError, ImportError) as error:  # an algorithm still being written elsewhere
+        pytest.skip(f"{algorithm} {kind}: {error}")
+    verify(schedule, topology)
+    report = export_chakra(schedule, topology, [MIB], tmp_path)
+    back = import_chakra(tmp_path / report.name, topology)
+    verify(back, topology)
+    assert back.transfers == schedule.transfers
+    assert evaluate(back, topology, MIB).time_s == evaluate(schedule, topology, MIB).time_s
+    assert astra_time_ns(back, topology, MIB) == astra_time_ns(schedule, topology, MIB) == report.sets[0].predicted_ns
+    if algorithm in ("ring", "direct", "binomial"):
+        # without synth's extra attributes the chunks are inferred from data flow alone
+        inferred = import_chakra(tmp_path / report.name, topology, use_extras=False)
+        verify(inferred, topology)
+        assert astra_time_ns(inferred, topology, MIB) == astra_time_ns(schedule, topology, MIB)
+        assert sorted((t.src, t.dst, t.op) for t in inferred.transfers) == \
+            sorted((t.src, t.dst, t.op) for t in schedule.transfers)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(topology=topologies(min_gpus=2, max_gpus=5))
+def test_round_trip_on_random_topologies(topology, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("et")
+    schedule = synthesize(topology, "allreduce", "ring")
+    report = export_chakra(schedule, topology, [MIB], folder)
+    program = schedule_to_et(schedule, MIB)
+    for rank in range(topology.num_ranks):
+        assert (folder / f"{report.name}.{rank}.et").read_bytes() == encode_rank(program, rank)
+    back = import_chakra(folder / report.name, topology)
+    verify(back, topology)
+    assert back.transfers == schedule.transfers
+    assert astra_time_ns(back, topology, MIB) == astra_time_ns(schedule, topology, MIB)

@@ -1,0 +1,341 @@
+"""The evaluator: closed forms on uniform topologies, max-min fair sharing, pipelining, the exact
+congestion bound, metrics, and the optimized flow simulation against a plain reference simulation."""
+
+from __future__ import annotations
+
+import heapq
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import topologies
+
+from synth import Collective, Kind, Topology, evaluate, load_topology, synthesize, verify
+from synth.errors import InputError
+from synth.evaluate import GIGA, MICRO, _MaxMin, congestion, metrics, simulate_flow
+from synth.schedule import ScheduleBuilder
+
+REL = 1e-9
+
+
+def close(actual: float, expected: float) -> bool:
+    return abs(actual - expected) <= REL * abs(expected)
+
+
+def verified(schedule, topology):
+    verify(schedule, topology)
+    return schedule
+
+
+# ------------------------------------------------------------------------------------ closed forms
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+@pytest.mark.parametrize("multiple", [1, 3])
+@pytest.mark.parametrize("size", [4096, 2**20, 3 * 10**9])
+def test_ring_allreduce_closed_form(p, multiple, size):
+    bandwidth, latency_us = 25.0, 0.7
+    topology = load_topology(f"ring:n={p},bandwidth={bandwidth},latency={latency_us}")
+    schedule = verified(synthesize(topology, "allreduce", "ring", chunks=multiple * p), topology)
+    alpha, beta = latency_us * MICRO, 1 / (bandwidth * GIGA)
+    expected = 2 * (p - 1) * alpha + 2 * (p - 1) / p * size * beta
+    result = evaluate(schedule, topology, size)
+    assert close(result.time_s, expected), (result.time_s, expected)
+    assert close(result.algbw_GBps, size / expected / GIGA)
+    assert close(result.busbw_GBps, result.algbw_GBps * 2 * (p - 1) / p)
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter"])
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_ring_allgather_and_reducescatter_closed_form(kind, p):
+    bandwidth, latency_us, size = 50.0, 0.5, 64 * 2**20
+    topology = load_topology(f"ring:n={p},bandwidth={bandwidth},latency={latency_us}")
+    schedule = verified(synthesize(topology, kind, "ring"), topology)
+    expected = (p - 1) * latency_us * MICRO + (p - 1) / p * size / (bandwidth * GIGA)
+    result = evaluate(schedule, topology, size)
+    assert close(result.time_s, expected), (result.time_s, expected)
+    assert close(result.busbw_GBps, result.algbw_GBps * (p - 1) / p)
+
+
+@pytest.mark.parametrize("p", [2, 4, 16])
+def test_direct_alltoall_on_a_full_bisection_switch(p):
+    # every rank sends n/p to each of the other p-1 at once; its uplink and every downlink carry p-1
+    # flows sharing the bandwidth equally; one α (two hops through the switch) for the single step
+    bandwidth, latency_us, size = 20.0, 0.25, 8 * 2**20
+    topology = load_topology(f"switch:n={p},bandwidth={bandwidth},latency={latency_us}")
+    schedule = verified(synthesize(topology, "alltoall", "direct"), topology)
+    expected = 2 * latency_us * MICRO + (p - 1) / p * size / (bandwidth * GIGA)
+    assert close(evaluate(schedule, topology, size).time_s, expected)
+
+
+def test_direct_allgather_on_a_switch():
+    p, bandwidth, size = 8, 40.0, 2**24
+    topology = load_topology(f"switch:n={p},bandwidth={bandwidth},latency=0")
+    schedule = verified(synthesize(topology, "allgather", "direct"), topology)
+    # each rank's n/p goes to p-1 ranks over its own uplink: (p-1) n/p bytes per uplink and downlink
+    assert close(evaluate(schedule, topology, size).time_s, (p - 1) / p * size / (bandwidth * GIGA))
+
+
+# -------------------------------------------------------------------------------- max-min sharing
+def _fan_topology(to_b: float, to_c: float) -> Topology:
+    """Root gpu a on switch s (10 GB/s); gpus b and c behind s with the given bandwidths; d behind b at 1."""
+    return Topology.build("fan", ["a", "b", "c", "d"], ["s"],
+                          [("a", "s", 10.0, 0.0), ("s", "b", to_b, 0.0), ("s", "c", to_c, 0.0), ("b", "d", 1.0, 0.0)])
+
+
+def _fan_broadcast(topology: Topology, forward_to_d: bool):
+    builder = ScheduleBuilder(Collective(Kind.BROADCAST, 4, 1, root=0), topology.name, topology.gpus, "manual")
+    builder.add(0, 2, 0, ("a", "s", "c"))
+    to_b = builder.add(0, 1, 0, ("a", "s", "b"))
+    if forward_to_d:
+        builder.add(1, 3, 0, ("b", "d"), deps=[to_b])
+    else:
+        builder.add(0, 3, 0, ("a", "s", "b", "d"))
+    return builder.build()
+
+
+def test_two_flows_share_a_link_equally():
+    topology = _fan_topology(10.0, 10.0)
+    schedule = _fan_broadcast(topology, forward_to_d=True)
+    verify(schedule, topology)
+    size = 10**9
+    # a->b and a->c share a->s: 5 GB/s each, 0.2 s; then b->d alone at 1 GB/s, 1 s
+    assert close(simulate_flow(schedule, topology, size), size / 5e9 + size / 1e9)
+
+
+def test_a_flow_bottlenecked_elsewhere_leaves_the_rest_to_the_other():
+    topology = _fan_topology(10.0, 2.0)
+    schedule = _fan_broadcast(topology, forward_to_d=True)
+    verify(schedule, topology)
+    size = 10**9
+    # a->c is held to 2 GB/s by s->c, so a->b gets the other 8 GB/s of a->s, then b->d takes 1 s
+    assert close(simulate_flow(schedule, topology, size), size / 8e9 + size / 1e9)
+
+
+def test_three_flows_with_a_shared_and_a_private_bottleneck():
+    topology = _fan_topology(10.0, 2.0)
+    schedule = _fan_broadcast(topology, forward_to_d=False)
+    verify(schedule, topology)
+    size = 10**9
+    # a->c 2 GB/s; a->b and a->b->d split the other 8 GB/s of a->s, but a->b->d is held to 1 GB/s by
+    # b->d, so a->b gets 7 GB/s; the last to finish is a->b->d at 1 GB/s throughout
+    assert close(simulate_flow(schedule, topology, size), size / 1e9)
+    # the same by the rate solver alone (links a->s, s->b, s->c, b->d)
+    solver = _MaxMin(*_incidence([[0, 2], [0, 1], [0, 1, 3]]), np.array([10.0, 10.0, 2.0, 1.0]), 3)
+    rates = np.zeros(3)
+    solver.rates(np.array([1, 1, 1]), rates)
+    assert list(rates) == pytest.approx([2.0, 7.0, 1.0], rel=1e-12)
+
+
+def _incidence(class_links):
+    links = [link for links in class_links for link in links]
+    classes = [c for c, links in enumerate(class_links) for _ in links]
+    return np.array(links, dtype=np.int64), np.array(classes, dtype=np.int64)
+
+
+def test_max_min_weights_count_each_flow_of_a_class():
+    # class 0 has 3 flows and class 1 one flow on a shared 8-unit link: 2 each; idle class 2 gets 0
+    solver = _MaxMin(*_incidence([[0], [0], [0]]), np.array([8.0]), 3)
+    rates = np.zeros(3)
+    solver.rates(np.array([3, 1, 0]), rates)
+    assert list(rates) == pytest.approx([2.0, 2.0, 0.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_max_min_rates_satisfy_the_bottleneck_characterization(data):
+    """Feasible, and every flow crosses a saturated link on which no flow has a higher rate."""
+    num_links = data.draw(st.integers(1, 5))
+    num_classes = data.draw(st.integers(1, 6))
+    class_links = [sorted(data.draw(st.sets(st.integers(0, num_links - 1), min_size=1, max_size=3)))
+                   for _ in range(num_classes)]
+    capacity = np.array([data.draw(st.sampled_from([1.0, 2.0, 3.0, 10.0])) for _ in range(num_links)])
+    members = np.array([data.draw(st.integers(0, 3)) for _ in range(num_classes)], dtype=np.int64)
+    rates = np.zeros(num_classes)
+    _MaxMin(*_incidence(class_links), capacity, num_classes).rates(members, rates)
+    load = np.zeros(num_links)
+    for c, links in enumerate(class_links):
+        for link in links:
+            load[link] += members[c] * rates[c]
+    assert (load <= capacity * (1 + 1e-9)).all()
+    for c, links in enumerate(class_links):
+        if not members[c]:
+            continue
+        assert rates[c] > 0
+        assert any(
+            load[link] >= capacity[link] * (1 - 1e-9)
+            and all(rates[o] <= rates[c] * (1 + 1e-9) for o, ls in enumerate(class_links) if members[o] and link in ls)
+            for link in links), (c, rates, load)
+
+
+# ------------------------------------------------------------------------------------- pipelining
+def _line_broadcast(p: int):
+    gpus = [f"g{i}" for i in range(p)]
+    topology = Topology.build("line", gpus, [], [(gpus[i], gpus[i + 1], 10.0, 0.0) for i in range(p - 1)])
+    builder = ScheduleBuilder(Collective(Kind.BROADCAST, p, 1, root=0), "line", gpus, "chain")
+    previous = []
+    for i in range(p - 1):
+        previous = [builder.add(i, i + 1, 0, (gpus[i], gpus[i + 1]), deps=previous)]
+    return topology, verified(builder.build(), topology)
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3, 8, 64])
+def test_pipelining_a_chain_broadcast_streams_toward_n_over_b(pieces):
+    topology, schedule = _line_broadcast(4)
+    size = 10**9
+    # P pieces through 3 hops: (3 + P - 1) piece times; tends to n/B as P grows
+    expected = (3 + pieces - 1) * (size / pieces) / 10e9
+    result = evaluate(schedule, topology, size, pipeline=pieces)
+    assert close(result.time_s, expected)
+    assert result.pipeline == pieces
+
+
+def test_pipelining_reduces_binomial_broadcast_time():
+    topology = load_topology("switch:n=8,latency=0")
+    schedule = verified(synthesize(topology, "broadcast", "binomial", root=0), topology)
+    size = 2**30
+    times = [evaluate(schedule, topology, size, pipeline=p).time_s for p in (1, 2, 4, 16)]
+    assert all(later < earlier for earlier, later in zip(times, times[1:], strict=False)), times
+    # the root's uplink carries the data three times: no pipelining beats 3 n / B
+    assert times[-1] >= 3 * size / (50.0 * GIGA) * (1 - REL)
+
+
+def test_pipelining_with_latency_pays_it_per_piece():
+    topology = load_topology("ring:n=2,bandwidth=1,latency=1")
+    schedule = verified(synthesize(topology, "allgather", "ring"), topology)
+    # two single-hop transfers at once on opposite directions; P pieces each pay α in sequence
+    for pieces in (1, 4):
+        expected = pieces * MICRO + 10**6 / 2 / GIGA
+        assert close(evaluate(schedule, topology, 10**6, pipeline=pieces).time_s, expected)
+
+
+# ---------------------------------------------------------------------------------- congestion bound
+def test_congestion_bound_is_exact():
+    topology = load_topology("ring:n=4,bandwidth=12.5")
+    schedule = verified(synthesize(topology, "allgather", "ring"), topology)
+    report = congestion(schedule, topology)
+    # every ring link carries 3 of the 4 chunks: 3/4 of the message over 12.5 GB/s
+    assert report.seconds_per_byte == Fraction(3, 4) / (Fraction(25, 2) * 10**9)
+    assert isinstance(report.seconds_per_byte, Fraction)
+    assert report.time(4 * 10**9) == pytest.approx(0.24, rel=1e-15)
+    assert len(report.busiest_links) == 4 and all(spb == report.seconds_per_byte for *_, spb in report.busiest_links)
+    assert sum(report.chunks_per_link.values()) == 12
+
+
+def test_congestion_bound_with_a_non_dyadic_bandwidth():
+    topology = load_topology("switch:n=3,bandwidth=0.1")
+    schedule = verified(synthesize(topology, "alltoall", "direct", chunks=3), topology)
+    report = congestion(schedule, topology)
+    # each uplink carries 2 of a rank's 3 chunks at 0.1 GB/s = 1/10 GB/s exactly
+    assert report.seconds_per_byte == Fraction(2, 3) / (Fraction(1, 10) * 10**9)
+
+
+def test_busiest_links_are_sorted_and_deterministic():
+    topology = load_topology("dgx-a100:boxes=2")
+    schedule = verified(synthesize(topology, "alltoall", "direct"), topology)
+    first = congestion(schedule, topology, top=8)
+    second = congestion(schedule, topology, top=8)
+    assert first.busiest_links == second.busiest_links
+    times = [spb for *_, spb in first.busiest_links]
+    assert times == sorted(times, reverse=True)
+    assert times[0] == first.seconds_per_byte
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def test_metrics_follow_nccl_tests():
+    topology = load_topology("ring:n=4")
+    for kind, factor in [("allreduce", 1.5), ("allgather", 0.75), ("reducescatter", 0.75)]:
+        schedule = synthesize(topology, kind, "ring")
+        algbw, busbw = metrics(schedule, 10**9, 0.5)
+        assert algbw == 2.0 and busbw == 2.0 * factor
+    broadcast = synthesize(topology, "broadcast", "binomial")
+    assert metrics(broadcast, 10**9, 1.0) == (1.0, 1.0)
+
+
+def test_evaluation_record_has_the_documented_fields():
+    topology = load_topology("ring:n=4")
+    result = evaluate(synthesize(topology, "allreduce", "ring"), topology, 2**20)
+    record = result.to_dict()
+    assert list(record)[:6] == ["size", "time_s", "algbw_GBps", "busbw_GBps", "congestion_time_s", "model"]
+    assert record["size"] == 2**20 and record["model"] == "flow"
+    assert record["time_s"] > record["congestion_time_s"] > 0
+
+
+def test_bad_model_and_pipeline_are_input_errors():
+    topology = load_topology("ring:n=4")
+    schedule = synthesize(topology, "allreduce", "ring")
+    with pytest.raises(InputError, match="unknown evaluator model 'nope'"):
+        evaluate(schedule, topology, 1024, model="nope")
+    with pytest.raises(InputError, match="pipeline"):
+        evaluate(schedule, topology, 1024, pipeline=0)
+
+
+def test_empty_schedule_takes_no_time():
+    topology = load_topology("ring:n=2")
+    schedule = ScheduleBuilder(Collective(Kind.ALLREDUCE, 2, 1), topology.name, topology.gpus, "x").build()
+    assert simulate_flow(schedule, topology, 1024) == 0.0
+
+
+# --------------------------------------------------------------- the optimized simulation vs a reference
+def _reference_flow(schedule, topology, size, pipeline=1):
+    """A deliberately plain per-flow simulation: the model's definition, without any of the speed-ups."""
+    transfers = schedule.transfers
+    piece = size / schedule.collective.chunks / pipeline
+    flows = [(t.id, j) for t in transfers for j in range(pipeline)]
+    parents = {(t.id, j): {(d, j) for d in t.deps} | ({(t.id, j - 1)} if j else set()) for t, j in
+               ((transfers[i], j) for i, j in flows)}
+    links = {f: list(zip(transfers[f[0]].path, transfers[f[0]].path[1:], strict=False)) for f in flows}
+    done, remaining, pending, now, end = set(), {}, [], 0.0, 0.0
+
+    def release(at):
+        for f in flows:
+            if f not in done and f not in remaining and f not in {p for _, p in pending} and parents[f] <= done:
+                heapq.heappush(pending, (at + topology.path_latency(transfers[f[0]].path) * MICRO, f))
+
+    release(0.0)
+    while len(done) < len(flows):
+        while pending and pending[0][0] <= now * (1 + 1e-15) + 1e-18:
+            remaining[heapq.heappop(pending)[1]] = piece
+        rate, frozen = {}, set()
+        capacity = {link: topology.bandwidth(*link) * GIGA for f in remaining for link in links[f]}
+        while len(frozen) < len(remaining):
+            share = {}
+            for link, cap in capacity.items():
+                users = [f for f in remaining if f not in frozen and link in links[f]]
+                if users:
+                    share[link] = (cap, users)
+            level = min(cap / len(users) for cap, users in share.values())
+            for cap, users in share.values():
+                if cap / len(users) <= level * (1 + 1e-12):
+                    for f in users:
+                        if f not in frozen:
+                            frozen.add(f)
+                            rate[f] = level
+                            for other in links[f]:
+                                capacity[other] -= level
+        step = min([remaining[f] / rate[f] for f in remaining] + [pending[0][0] - now if pending else float("inf")])
+        now += max(step, 0.0)
+        for f in list(remaining):
+            remaining[f] -= rate[f] * step
+            if remaining[f] <= 1e-9 * piece:
+                del remaining[f]
+                done.add(f)
+                end = now
+        release(now)
+    return end
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topology=topologies(max_gpus=5, max_switches=2), data=st.data())
+def test_flow_simulation_matches_the_reference(topology, data):
+    algorithm, kind = data.draw(st.sampled_from([("ring", "allgather"), ("ring", "allreduce"),
+                                                 ("direct", "alltoall"), ("direct", "allgather"),
+                                                 ("binomial", "broadcast"), ("binomial", "reduce")]))
+    chunks = data.draw(st.sampled_from([None, 2 * topology.num_ranks]))
+    schedule = verified(synthesize(topology, kind, algorithm, chunks=chunks), topology)
+    size = data.draw(st.sampled_from([1000, 2**20, 10**9]))
+    pipeline = data.draw(st.sampled_from([1, 2]))
+    fast = simulate_flow(schedule, topology, size, pipeline)
+    slow = _reference_flow(schedule, topology, size, pipeline)
+    assert abs(fast - slow) <= 1e-9 * slow, (fast, slow)
+    assert fast >= congestion(schedule, topology).time(size) * (1 - 1e-12)

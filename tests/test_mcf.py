@@ -1,0 +1,137 @@
+"""mcf: the maximum concurrent flow LP for alltoall, its path decomposition and chunk rounding, and the
+alltoall cut bound beside it."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from strategies import topologies
+
+from synth import Kind, load_topology, synthesize, verify
+from synth.algorithms.mcf import alltoall_bound, alltoall_cut_bound, mcf, solve_alltoall_lp
+from synth.errors import InfeasibleError, InputError, NotApplicable
+from synth.evaluate import GIGA, congestion
+
+#: shipped systems small enough for the test suite (the 32- and 64-gpu ones run in bench/bench_milp.py)
+SMALL_SHIPPED = ["dgx1", "ndv2:boxes=2", "dgx2", "dgx-a100", "dgx-a100:boxes=2", "dgx-h100", "mi250",
+                 "hypercube", "torus:dims=4x4"]
+
+
+def schedule_algbw(schedule, topology) -> Fraction:
+    """The exact congestion-only algbw (GB/s) of a schedule: n / (n x seconds per byte)."""
+    return 1 / (congestion(schedule, topology).seconds_per_byte * GIGA)
+
+
+@pytest.mark.parametrize(("spec", "exact"), [
+    ("switch:n=8,bandwidth=50", Fraction(400, 7)),      # a gpu's 7 pairs leave over its 50 GB/s link
+    ("ndv2:boxes=2", Fraction(25, 8)),                 # 64 pairs cross a 12.5 GB/s box link
+    ("ring:n=6,bandwidth=50", Fraction(200, 3)),       # 9 pairs cross the 2 links of a half ring
+    ("fully-connected:n=5,bandwidth=10", Fraction(50, 1)),
+])
+def test_lp_optimum_equals_the_cut_bound_where_they_coincide(spec, exact):
+    topology = load_topology(spec)
+    bound = alltoall_bound(topology)
+    assert bound.cut.algbw_GBps == exact
+    assert bound.lp_algbw_GBps == pytest.approx(float(exact), rel=1e-9)
+    assert abs(bound.gap) < 1e-9
+    record = bound.to_dict()
+    assert record["cut_algbw_exact"] == str(exact) and record["collective"] == "alltoall"
+
+
+def test_ndv2_schedule_reaches_the_optimum_exactly():
+    topology = load_topology("ndv2:boxes=2")
+    schedule = mcf(topology, Kind.ALLTOALL)
+    verify(schedule, topology)
+    assert schedule.params["rounding_loss"] == 0.0
+    assert schedule_algbw(schedule, topology) == Fraction(25, 8)  # 3.125 GB/s, exactly
+    assert schedule.params["lp_algbw_GBps"] == pytest.approx(3.125, rel=1e-9)
+
+
+@pytest.mark.parametrize("spec", SMALL_SHIPPED)
+def test_schedules_verify_and_reach_the_lp_optimum_within_the_reported_loss(spec):
+    topology = load_topology(spec)
+    schedule = synthesize(topology, "alltoall", "mcf")
+    verify(schedule, topology)
+    params = schedule.params
+    assert 0.0 <= params["rounding_loss"] <= params["max_loss"] == 0.02
+    reached = float(schedule_algbw(schedule, topology))
+    # the congestion time is exactly the LP time times (1 + loss), up to the LP's float precision
+    assert reached == pytest.approx(params["lp_algbw_GBps"] / (1 + params["rounding_loss"]), rel=1e-6)
+    assert reached <= params["lp_algbw_GBps"] * (1 + 1e-9)
+    assert schedule.chunks == params["chunks"] == topology.num_ranks * params["chunks_per_pair"]
+
+
+def test_gpu_relays_give_the_true_optimum_on_switchless_dgx1():
+    topology = load_topology("dgx1")
+    with pytest.raises(InfeasibleError, match="through switches only"):
+        solve_alltoall_lp(topology, relays=False)
+    flow = solve_alltoall_lp(topology)
+    cut = alltoall_cut_bound(topology, flow)
+    assert cut.exhaustive  # 8 gpus: every subset was tried
+    assert flow.algbw_GBps == pytest.approx(75.0, rel=1e-9) == float(cut.algbw_GBps)
+    schedule = mcf(topology, Kind.ALLTOALL)
+    verify(schedule, topology)
+    relayed = [t for t in schedule.transfers if t.deps]
+    assert relayed, "pairs without NVLink must be relayed through a gpu"
+    for t in relayed:  # store-and-forward: the relay gpu first received the same chunk
+        (dep,) = t.deps
+        first = schedule.transfers[dep]
+        assert (first.dst, first.chunk) == (t.src, t.chunk)
+
+
+def test_forbidding_relays_changes_nothing_on_a_switch():
+    topology = load_topology("switch:n=6")
+    assert solve_alltoall_lp(topology, relays=False).algbw_GBps == \
+        pytest.approx(solve_alltoall_lp(topology).algbw_GBps, rel=1e-9)
+    schedule = mcf(topology, Kind.ALLTOALL, relays=False)
+    verify(schedule, topology)
+    assert not any(t.deps for t in schedule.transfers)
+
+
+def test_fixed_chunks_are_respected_and_deterministic():
+    topology = load_topology("torus:dims=3x3")
+    first = mcf(topology, Kind.ALLTOALL, chunks=27)
+    second = mcf(topology, Kind.ALLTOALL, chunks=27)
+    assert first.to_json() == second.to_json()
+    assert first.chunks == 27 and first.params["chunks_per_pair"] == 3
+    verify(first, topology)
+
+
+def test_bad_options_are_refused_clearly():
+    topology = load_topology("switch:n=4")
+    with pytest.raises(InputError, match="max_loss"):
+        mcf(topology, Kind.ALLTOALL, max_loss=1.5)
+    with pytest.raises(InputError, match="chunks"):
+        mcf(topology, Kind.ALLTOALL, chunks=6)
+    with pytest.raises(NotApplicable):
+        synthesize(topology, "allgather", "mcf")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topologies(max_gpus=5, max_switches=2))
+def test_random_topologies(topology):
+    flow = solve_alltoall_lp(topology)
+    cut = alltoall_cut_bound(topology, flow)
+    assert cut.exhaustive
+    assert flow.algbw_GBps <= float(cut.algbw_GBps) * (1 + 1e-7)  # the cut bound is never below the LP
+    schedule = mcf(topology, Kind.ALLTOALL)
+    verify(schedule, topology)
+    reached = float(schedule_algbw(schedule, topology))
+    assert reached <= flow.algbw_GBps * (1 + 1e-7)
+    assert reached == pytest.approx(flow.algbw_GBps / (1 + schedule.params["rounding_loss"]), rel=1e-6)
+
+
+def test_cli_bound_alltoall(capsys, monkeypatch):
+    from helpers import run_cli
+
+    outcome = run_cli(["bound", "ndv2:boxes=2", "--collective", "alltoall", "--json"], capsys, monkeypatch)
+    assert outcome.code == 0, outcome.err
+    record = json.loads(outcome.out)
+    assert record["cut_algbw_exact"] == "25/8" and record["lp_algbw_GBps"] == pytest.approx(3.125)
+    outcome = run_cli(["bound", "switch:n=4", "-c", "a2a"], capsys, monkeypatch)
+    assert outcome.code == 0 and "optimal alltoall algbw (LP)" in outcome.out and "every gpu subset" in outcome.out
+    outcome = run_cli(["bound", "switch:n=4", "-c", "gather"], capsys, monkeypatch)
+    assert outcome.code == 2 and "unknown collective" in outcome.err
