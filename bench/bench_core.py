@@ -113,7 +113,7 @@ def synthesis_scaling(quick: bool) -> Table:
     memory_cutoff = 0.5 if quick else 2.0
     # a series stops when the next step is predicted (growth so far, at least 4x per doubling) to take
     # longer than this, synthesis plus verification
-    next_step_budget = 2.0 if quick else 30.0
+    next_step_budget = 2.0 if quick else 20.0
     for algorithm in REGISTRY:
         if algorithm in OWN_MODULES:
             continue

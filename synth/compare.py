@@ -63,7 +63,7 @@ BoundFunction = Callable[[Topology, Kind], float | None]
 PIECE_BYTES = 512 * 1024
 #: Most pieces per chunk, and most simulated flows, that automatic pipelining will ask for.
 MAX_PIPELINE = 16
-MAX_PIPELINED_FLOWS = 200_000
+MAX_PIPELINED_FLOWS = 64_000
 
 
 def auto_pipeline(schedule: Schedule, size: int) -> int:

@@ -477,7 +477,7 @@ def boxed_topologies(draw):
     return Topology.from_dict({"name": "boxed", "nodes": nodes, "links": document_links}, "boxed")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(boxed_topologies(), st.sampled_from([1000, 3, 1]))
 def test_random_boxed_topologies_symmetric(topo, batch):
     import synth.algorithms.forest.packing as packing_module
