@@ -21,8 +21,7 @@ from collections.abc import Sequence
 import networkx as nx
 
 from synth.algorithms.multidim import grid_schedule
-from synth.algorithms.ring import hamiltonian_cycle
-from synth.algorithms.utils import direct_neighbors
+from synth.algorithms.utils import direct_neighbors, hamiltonian_cycle
 from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule

@@ -12,7 +12,13 @@ share no link with each other when the topology has such rings (else the rings r
 
 from __future__ import annotations
 
-from synth.algorithms.utils import direct_neighbors, hamiltonian_ring, make_collective, route
+from synth.algorithms.utils import (
+    direct_neighbors,
+    hamiltonian_cycle,
+    hamiltonian_ring,
+    make_collective,
+    route,
+)
 from synth.collectives import Kind
 from synth.errors import InputError
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
@@ -31,55 +37,6 @@ def ring_order(topology: Topology, order: list[int] | None = None) -> list[int]:
             raise InputError("", "order", f"expected a permutation of 0..{n - 1}")
         return list(order)
     return hamiltonian_ring(topology) or list(range(n))
-
-
-def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> list[int] | None:
-    """A cycle through every key of ``adjacency`` (undirected neighbour sets), by depth-first search
-    that tries the neighbour with the fewest free onward choices first; None within ``budget`` steps.
-
-    Deterministic: ties are broken by node number.
-
-    Examples
-    --------
-    >>> hamiltonian_cycle({0: {1, 3}, 1: {0, 2}, 2: {1, 3}, 3: {0, 2}})
-    [0, 1, 2, 3]
-    """
-    nodes = sorted(adjacency)
-    if len(nodes) < 2:
-        return nodes or None
-    if len(nodes) == 2:
-        a, b = nodes
-        return nodes if b in adjacency[a] else None
-    start = nodes[0]
-    path = [start]
-    on_path = {start}
-    steps = 0
-
-    def candidates(node: int) -> list[int]:
-        free = [v for v in adjacency[node] if v not in on_path]
-        return sorted(free, key=lambda v: (sum(1 for w in adjacency[v] if w not in on_path), v))
-
-    stack = [iter(candidates(start))]
-    while stack:
-        steps += 1
-        if steps > budget:
-            return None
-        if len(path) == len(nodes):
-            if start in adjacency[path[-1]]:
-                return path
-            on_path.discard(path.pop())
-            stack.pop()
-            continue
-        nxt = next(stack[-1], None)
-        if nxt is None:
-            stack.pop()
-            if len(path) > 1:
-                on_path.discard(path.pop())
-            continue
-        path.append(nxt)
-        on_path.add(nxt)
-        stack.append(iter(candidates(nxt)))
-    return None
 
 
 def channel_rings(topology: Topology, channels: int, order: list[int] | None = None) -> list[list[int]]:

@@ -30,10 +30,10 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
     return collective
 
 
-@lru_cache(maxsize=64)
-def _switch_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
-    """Shortest paths (fewest hops, then widest bottleneck, then node order) from ``source`` to every
-    node, entering only switches on the way (gpus may only be path ends)."""
+@lru_cache(maxsize=128)
+def _routes(topology: Topology, source: str, through_gpus: bool) -> dict[str, tuple[str, ...]]:
+    """Shortest paths (fewest hops, then widest bottleneck, then node order) from ``source`` to every gpu.
+    Unless ``through_gpus``, paths enter only switches on the way (gpus may only be path ends)."""
     graph = topology.graph
     order = {node: i for i, node in enumerate(graph.nodes)}
     best: dict[str, tuple[int, float, tuple[str, ...]]] = {source: (0, float("inf"), (source,))}
@@ -41,7 +41,7 @@ def _switch_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]
     while queue:
         node = queue.popleft()
         hops, width, path = best[node]
-        if node != source and topology.is_gpu(node):
+        if not through_gpus and node != source and topology.is_gpu(node):
             continue
         for nxt in sorted(graph.successors(node), key=order.__getitem__):
             candidate = (hops + 1, min(width, topology.bandwidth(node, nxt)), path + (nxt,))
@@ -54,25 +54,12 @@ def _switch_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]
     return {node: entry[2] for node, entry in best.items() if node != source and topology.is_gpu(node)}
 
 
-@lru_cache(maxsize=64)
+def _switch_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
+    return _routes(topology, source, False)
+
+
 def _any_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
-    """Shortest paths from ``source`` that may transit other gpus (fewest hops, widest, node order)."""
-    graph = topology.graph
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    best: dict[str, tuple[int, float, tuple[str, ...]]] = {source: (0, float("inf"), (source,))}
-    queue = deque([source])
-    while queue:
-        node = queue.popleft()
-        hops, width, path = best[node]
-        for nxt in sorted(graph.successors(node), key=order.__getitem__):
-            candidate = (hops + 1, min(width, topology.bandwidth(node, nxt)), path + (nxt,))
-            known = best.get(nxt)
-            if known is None:
-                best[nxt] = candidate
-                queue.append(nxt)
-            elif known[0] == candidate[0] and candidate[1] > known[1]:
-                best[nxt] = candidate
-    return {node: entry[2] for node, entry in best.items() if node != source and topology.is_gpu(node)}
+    return _routes(topology, source, True)
 
 
 def route(topology: Topology, src: int, dst: int) -> tuple[str, ...]:
@@ -93,13 +80,64 @@ def direct_neighbors(topology: Topology, rank: int) -> list[int]:
     return sorted(topology.rank_of[g] for g in routes)
 
 
+def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> list[int] | None:
+    """A cycle through every key of ``adjacency`` (undirected neighbour sets), by depth-first search
+    that tries the neighbour with the fewest free onward choices first; None within ``budget`` steps.
+
+    Deterministic: ties are broken by node number.
+
+    Examples
+    --------
+    >>> hamiltonian_cycle({0: {1, 3}, 1: {0, 2}, 2: {1, 3}, 3: {0, 2}})
+    [0, 1, 2, 3]
+    """
+    nodes = sorted(adjacency)
+    if len(nodes) < 2:
+        return nodes or None
+    if len(nodes) == 2:
+        a, b = nodes
+        return nodes if b in adjacency[a] else None
+    start = nodes[0]
+    path = [start]
+    on_path = {start}
+    steps = 0
+
+    def candidates(node: int) -> list[int]:
+        free = [v for v in adjacency[node] if v not in on_path]
+        return sorted(free, key=lambda v: (sum(1 for w in adjacency[v] if w not in on_path), v))
+
+    stack = [iter(candidates(start))]
+    while stack:
+        steps += 1
+        if steps > budget:
+            return None
+        if len(path) == len(nodes):
+            if start in adjacency[path[-1]]:
+                return path
+            on_path.discard(path.pop())
+            stack.pop()
+            continue
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            if len(path) > 1:
+                on_path.discard(path.pop())
+            continue
+        path.append(nxt)
+        on_path.add(nxt)
+        stack.append(iter(candidates(nxt)))
+    return None
+
+
 def hamiltonian_ring(topology: Topology, budget: int = 200_000) -> list[int] | None:
-    """A cycle through every rank using switch-only hops, found by depth-first search with Warnsdorff's
-    rule (fewest onward choices first), or None within ``budget`` steps. Deterministic."""
+    """A cycle through every rank using switch-only hops (see :func:`hamiltonian_cycle`), or None."""
     n = topology.num_ranks
-    adjacency = [set(direct_neighbors(topology, r)) for r in range(n)]
-    if any(not adj for adj in adjacency):
+    adjacency = {rank: set(direct_neighbors(topology, rank)) for rank in range(n)}
+    if any(not neighbours for neighbours in adjacency.values()):
         return None
+    if all(len(neighbours) == n - 1 for neighbours in adjacency.values()):
+        return list(range(n))
+    return hamiltonian_cycle(adjacency, budget)
     if all(len(adj) == n - 1 for adj in adjacency):
         return list(range(n))
     start = 0
