@@ -6,7 +6,7 @@ import json
 from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -330,7 +330,10 @@ def random_topologies(draw, max_gpus: int = 6, max_switches: int = 3, max_nodes:
 def test_random_topologies_verify_and_meet_the_bound(topo):
     plan._CACHE.clear()
     for kind in TREE_KINDS:
-        spent = check_schedule(topo, kind)
+        try:
+            spent = check_schedule(topo, kind)
+        except LimitError:  # huge optimal k: refused up front by the documented transfer limit
+            assume(False)
         if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.BROADCAST, Kind.REDUCE):
             assert float(1 / (spent * GIGA)) == pytest.approx(algbw_bound(topo, kind), rel=1e-12)
 
@@ -489,7 +492,10 @@ def test_random_boxed_topologies_symmetric(topo, batch):
         net = Network.from_topology(topo)
         assert box_translation(net, topo) is not None
         for kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE):
-            schedule = forest(topo, kind, symmetric=True)
+            try:
+                schedule = forest(topo, kind, symmetric=True)
+            except LimitError:  # huge optimal k: refused up front by the documented transfer limit
+                assume(False)
             verify(schedule, topo)
             spent = congestion(schedule, topo).seconds_per_byte
             if kind == Kind.ALLREDUCE:

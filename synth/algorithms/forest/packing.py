@@ -122,14 +122,19 @@ class _Packer:
         for aux in auxes:
             self._free(aux)
 
-    def grow(self, tree: TreeClass, auxes: list[int], stack: list[tuple[TreeClass, list[int]]]) -> None:
-        """Grow ``tree`` until it spans every gpu, shallow arcs first, then the widest."""
+    def _membership(self, tree: TreeClass) -> tuple[list[bool], dict[int, int]]:
+        """Which gpus a partial tree already spans, and each one's depth below the root."""
         inside = [False] * self.n
         depth: dict[int, int] = {tree.root: 0}
         for x in tree.nodes:
             inside[x] = True
         for x, y in tree.arcs:
             depth[y] = depth[x] + 1
+        return inside, depth
+
+    def grow(self, tree: TreeClass, auxes: list[int], stack: list[tuple[TreeClass, list[int]]]) -> None:
+        """Grow ``tree`` until it spans every gpu, shallow arcs first, then the widest."""
+        inside, depth = self._membership(tree)
         heap: list[tuple[int, int, int, int]] = []
 
         def push_from(x: int) -> None:
@@ -263,12 +268,7 @@ class _SymmetricPacker(_Packer):
         test, and the condition is tested once per batch; a failed batch is undone and replayed one arc at
         a time with the exact test. (Only the state after a batch matters: if the rest can be completed
         from there, it is a valid partial packing however it was reached.)"""
-        inside = [False] * self.n
-        depth: dict[int, int] = {tree.root: 0}
-        for x in tree.nodes:
-            inside[x] = True
-        for x, y in tree.arcs:
-            depth[y] = depth[x] + 1
+        inside, depth = self._membership(tree)
         heap: list[tuple[int, int, int, int]] = []
         deferred: list[tuple[int, int, int, int]] = []
         batch: list[tuple[int, int]] = []
