@@ -58,6 +58,7 @@ from fractions import Fraction
 from typing import Any
 
 from synth.errors import InputError, SynthError
+from synth.plan import Plan
 from synth.schedule import Schedule
 from synth.topology import Topology
 
@@ -534,18 +535,18 @@ def astra_time_ns(schedule: Schedule, topology: Topology, size: int, comp_durati
     return result.time_ns
 
 
-def simulate_astra(schedule: Schedule, topology: Topology, size: int, pipeline: int = 1) -> float:
-    """The ``astra`` model for :func:`synth.evaluate.evaluate`: seconds (an integer number of ns)."""
-    if pipeline != 1:
-        raise InputError("", "pipeline", "the astra model runs the schedule's chunks as they are (ASTRA-sim does "
-                         "not split a custom collective); use --pipeline 1 and more chunks instead")
+def simulate_astra(schedule: Schedule, topology: Topology, size: int, plan: Plan) -> float:
+    """The ``astra`` model for :func:`synth.evaluate.evaluate`: seconds (an integer number of ns).
+
+    ASTRA-sim has no protocols and runs a custom collective's chunks as they are: the plan is always the
+    ``ideal`` protocol with one slice per chunk (checked by the evaluator)."""
     return astra_time_ns(schedule, topology, size) / 1e9
 
 
 def _register() -> None:
     from synth.evaluate import register_model
 
-    register_model("astra", simulate_astra)
+    register_model("astra", simulate_astra, protocols=False, slicing=False)
 
 
 _register()

@@ -258,3 +258,220 @@ def alltoall_bound(topology: Topology) -> AlltoallBound:
     from synth.algorithms.mcf import alltoall_bound as solve
 
     return solve(topology)
+
+
+# ---------------------------------------------------------------------------------- time bounds
+@dataclass(frozen=True)
+class BoundTerm:
+    """One proven lower bound on time: ``size * seconds_per_byte + latency_s``, and the argument."""
+
+    argument: str
+    seconds_per_byte: Fraction
+    latency_s: float
+
+    def time(self, size: int) -> float:
+        """Seconds for a message of ``size`` bytes."""
+        return float(self.seconds_per_byte * size) + self.latency_s
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """A proven lower bound on the time of one collective on one topology, at every message size.
+
+    ``time(n) = max(max over terms of (n * seconds_per_byte + latency), reach_s)``:
+
+    - each term is a bandwidth argument (a cut every byte of some data must cross) plus the smallest
+      latency of a link crossing that cut, since the last byte across still has to arrive;
+    - ``reach_s`` is the longest of the shortest (by latency) paths that some data must travel.
+
+    No protocol cost is included: this is what the links alone allow. ``optimum`` is True when the
+    bandwidth term is known to be reachable: the allgather, reduce-scatter, broadcast and reduce cut
+    bounds on topologies whose every switch has as much bandwidth in as out (the condition under which
+    ForestColl's edge splitting keeps them reachable by point-to-point trees), and the alltoall LP
+    optimum; then tables call it the *optimum*, else the *bound*.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> bound = time_bound(load_topology("ring:n=4,latency=1"), Kind.ALLGATHER)
+    >>> bound.reach_s, bound.time(1) == bound.reach_s
+    (2e-06, True)
+    """
+
+    topology: str
+    collective: Kind
+    terms: tuple[BoundTerm, ...]
+    reach_s: float
+    optimum: bool
+
+    @property
+    def seconds_per_byte(self) -> Fraction:
+        """The bandwidth term alone (the largest over the terms), exact."""
+        return max(term.seconds_per_byte for term in self.terms)
+
+    @property
+    def label(self) -> str:
+        """``"optimum"`` when the bandwidth term is reachable, else ``"bound"``."""
+        return "optimum" if self.optimum else "bound"
+
+    def time(self, size: int) -> float:
+        """The lower bound on time in seconds for a message of ``size`` bytes."""
+        return max(max(term.time(size) for term in self.terms), self.reach_s)
+
+    def algbw_GBps(self, size: int) -> float:
+        """The largest algbw (GB/s) any schedule can reach at ``size`` bytes."""
+        return size / self.time(size) / GIGA
+
+    def bandwidth_algbw_GBps(self) -> float:
+        """The largest algbw (GB/s) at large sizes (latencies negligible)."""
+        return float(1 / (self.seconds_per_byte * GIGA))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; exact seconds per byte as strings like ``"1/2600000000000"``."""
+        return {"collective": self.collective.value, "label": self.label, "reach_s": self.reach_s,
+                "bandwidth_algbw_GBps": self.bandwidth_algbw_GBps(),
+                "terms": [{"argument": t.argument, "seconds_per_byte": str(t.seconds_per_byte),
+                           "latency_s": t.latency_s} for t in self.terms]}
+
+
+def _latencies_us(topology: Topology) -> dict[tuple[str, str], float]:
+    return {(u, v): float(d["latency"]) for u, v, d in topology.graph.edges(data=True)}
+
+
+def _cut_latency_s(topology: Topology, cut: CutBound, net: Network) -> float:
+    """The smallest latency (s) of a physical link crossing the cut in the direction data must cross."""
+    inside = {net.names[v] for v in cut.cut}
+    latency = _latencies_us(topology)
+    crossing = [lat for (u, v), lat in latency.items()
+                if (u in inside and v not in inside) != net.reversed and (u in inside) != (v in inside)]
+    return min(crossing, default=0.0) * 1e-6
+
+
+def _reach_s(topology: Topology, sources: list[int], targets: list[int]) -> float:
+    """max over (source, target) rank pairs of the smallest path latency, in seconds (any path: data may
+    be relayed by any gpu)."""
+    import numpy as np
+    import scipy.sparse as sparse
+    from scipy.sparse.csgraph import dijkstra
+
+    names = list(topology.graph.nodes)
+    index = {name: i for i, name in enumerate(names)}
+    edges = list(topology.graph.edges(data="latency"))
+    if not edges or all(lat == 0 for _, _, lat in edges):
+        return 0.0
+    matrix = sparse.csr_matrix((np.array([float(lat) for _, _, lat in edges]),
+                                (np.array([index[u] for u, _, _ in edges]), np.array([index[v] for _, v, _ in edges]))),
+                               shape=(len(names), len(names)))
+    gpu_index = [index[g] for g in topology.gpus]
+    distances = dijkstra(matrix, indices=[gpu_index[s] for s in sources])
+    worst = 0.0
+    for row, source in enumerate(sources):
+        for target in targets:
+            if target != source:
+                worst = max(worst, float(distances[row, gpu_index[target]]))
+    return worst * 1e-6
+
+
+def _min_cut_units(net: Network) -> tuple[int, int]:
+    """(min over gpu sets S of B+(S), min of B-(S)) in the network's integer units, S holding some but not
+    all gpus: max-flows from gpu 0 to every other gpu and back (every such S separates gpu 0 from one)."""
+    from synth.algorithms.forest.network import FlowSolver
+
+    solver = FlowSolver(net.num_nodes)
+    for tail, head, units in zip(net.tails, net.heads, net.units, strict=True):
+        solver.add_arc(tail, head, units)
+    out_cut = min(solver.max_flow(0, v) for v in range(1, net.num_compute))
+    in_cut = min(solver.max_flow(v, 0) for v in range(1, net.num_compute))
+    return out_cut, in_cut
+
+
+def balanced_switches(topology: Topology) -> bool:
+    """True when every switch has as much bandwidth coming in as going out (exactly).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> balanced_switches(load_topology("dgx-a100:boxes=2"))
+    True
+    """
+    for switch in topology.switches:
+        inward = sum((topology.exact_bandwidth(u, v) for u, v in topology.graph.in_edges(switch)), Fraction(0))
+        outward = sum((topology.exact_bandwidth(u, v) for u, v in topology.graph.out_edges(switch)), Fraction(0))
+        if inward != outward:
+            return False
+    return True
+
+
+def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound:
+    """A proven lower bound on the time of ``kind`` on ``topology`` (see :class:`TimeBound`).
+
+    The arguments, per collective, for a message of M bytes on N gpus:
+
+    - allgather: ForestColl's exact cut bound (M/N)|S|/B+(S) (every byte owned in S leaves S once);
+      reduce-scatter: the same on the reversed links (bytes reduced into S must enter S); both exact;
+    - broadcast / reduce: M / (the root's smallest cut) (exact: arborescence packing reaches it);
+    - alltoall: the maximum concurrent flow LP optimum (exact in the bandwidth model);
+    - allreduce (valid on directed links, where reduce-scatter then allgather in series is *not* a
+      bound): (a) for every cut S with gpus on both sides, the gpus outside need the sum of all M
+      elements, which depends on the inputs inside S, so at least M bytes leave S, and likewise M
+      bytes enter S: M / min B+(S) and M / min B-(S); (b) one element's sum must reach all N gpus,
+      which takes at least 2(N-1) gpu-to-gpu messages (one-way gossip: before the first gpu knows the
+      sum, each other gpu must have sent; after it, each other gpu must receive), each leaving one
+      gpu's links: 2(N-1) M / (sum of every gpu's egress), and the same with ingress. On symmetric
+      switch fabrics (b) equals reduce-scatter + allgather (2(N-1)/N M/B per gpu); elsewhere this is a
+      bound, not known to be tight.
+
+    Every term adds the smallest latency of a link the data must cross after its last byte does; the
+    reach term is the longest shortest-latency path some data must take (all gpu pairs; from the root
+    for broadcast; to the root for reduce).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> topo = load_topology("dgx-a100:boxes=2")
+    >>> ag, ar = time_bound(topo, Kind.ALLGATHER), time_bound(topo, Kind.ALLREDUCE)
+    >>> round(ag.bandwidth_algbw_GBps(), 2), round(ar.bandwidth_algbw_GBps(), 2), ar.label
+    (346.67, 173.33, 'bound')
+    """
+    kind = kind if isinstance(kind, Kind) else Kind(kind)
+    n = topology.num_ranks
+    all_ranks = list(range(n))
+    terms: list[BoundTerm]
+    optimum = balanced_switches(topology)
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        reverse = kind == Kind.REDUCESCATTER
+        cut, net = _cut(topology, reverse=reverse)
+        terms = [BoundTerm("cut: the data owned inside the bottleneck cut must cross it",
+                           Fraction(1, n) / (cut.rate * GIGA), _cut_latency_s(topology, cut, net))]
+        reach = _reach_s(topology, all_ranks, all_ranks)
+    elif kind in (Kind.BROADCAST, Kind.REDUCE):
+        reverse = kind == Kind.REDUCE
+        cut, net = _cut(topology, reverse=reverse, root=root)
+        terms = [BoundTerm("cut: the root's smallest cut", 1 / (cut.rate * GIGA), _cut_latency_s(topology, cut, net))]
+        others = [r for r in all_ranks if r != root]
+        reach = _reach_s(topology, [root], others) if not reverse else _reach_s(topology, others, [root])
+    elif kind == Kind.ALLTOALL:
+        lp = alltoall_bound(topology)
+        smallest = min((float(lat) for _, _, lat in topology.graph.edges(data="latency")), default=0.0) * 1e-6
+        terms = [BoundTerm("maximum concurrent flow (LP optimum)", 1 / (Fraction(repr(lp.lp_algbw_GBps)) * GIGA),
+                           smallest)]
+        optimum = True
+        reach = _reach_s(topology, all_ranks, all_ranks)
+    elif kind == Kind.ALLREDUCE:
+        optimum = False
+        net = Network.from_topology(topology)
+        out_units, in_units = _min_cut_units(net)
+        smallest = min((float(lat) for _, _, lat in topology.graph.edges(data="latency")), default=0.0) * 1e-6
+        egress = sum(Fraction(topology.exact_bandwidth(u, v)) for g in topology.gpus for u, v in topology.graph.out_edges(g))
+        ingress = sum(Fraction(topology.exact_bandwidth(u, v)) for g in topology.gpus for u, v in topology.graph.in_edges(g))
+        terms = [
+            BoundTerm("every cut: M bytes of partial sums leave it", Fraction(net.scale, out_units) / GIGA, smallest),
+            BoundTerm("every cut: M bytes of partial sums enter it", Fraction(net.scale, in_units) / GIGA, smallest),
+            BoundTerm("2(N-1) messages per element over the gpus' egress", Fraction(2 * (n - 1)) / (egress * GIGA), smallest),
+            BoundTerm("2(N-1) messages per element over the gpus' ingress", Fraction(2 * (n - 1)) / (ingress * GIGA),
+                      smallest),
+        ]
+        reach = _reach_s(topology, all_ranks, all_ranks)
+    else:  # pragma: no cover - every Kind is handled above
+        raise InputError("", "collective", f"no bound for {kind}")
+    return TimeBound(topology.name, kind, tuple(terms), reach, optimum)

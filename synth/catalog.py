@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from synth.collectives import Kind
-from synth.compare import Row, bandwidth_bound, run_all
+from synth.compare import Row, lower_bound, run_all
 from synth.errors import InputError, SynthError
 from synth.evaluate import evaluate
 from synth.fileio import atomic_directory
@@ -61,11 +61,13 @@ class CatalogEntry:
     transfers: int | None
     command: str | None
     note: str = ""
-    pipeline: int = 1
+    plan: dict[str, Any] | None = None
+    bound_label: str = "bound"
 
     @property
     def percent_of_bound(self) -> float | None:
-        """algbw as a percentage of the bandwidth bound, when both are known."""
+        """algbw as a percentage of the largest algbw the topology's lower bound on time allows at the
+        catalog size (the bound's time over the schedule's time), when both are known."""
         if self.algbw_GBps is None or not self.bound_GBps:
             return None
         return 100.0 * self.algbw_GBps / self.bound_GBps
@@ -147,7 +149,7 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     out = Path(out)
     specs = list(topologies) if topologies is not None else default_specs()
     kinds = list(kinds) if kinds is not None else list(Kind)
-    label = out_label if out_label is not None else str(out)
+    out_name = out_label if out_label is not None else str(out)
     entries: list[CatalogEntry] = []
     files: dict[str, str] = {}
     for spec in specs:
@@ -156,12 +158,14 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
             if progress:
                 progress(f"{spec} {kind.value}")
             rows, skipped, schedules = run_all(topology, [kind], [CATALOG_SIZE], include_slow=False, keep_going=True)
-            bound = bandwidth_bound(topology, kind)
+            time_bound = lower_bound(topology, kind)
+            bound = time_bound.algbw_GBps(CATALOG_SIZE) if time_bound else None
+            label = time_bound.label if time_bound else "bound"
             row, text, note = _best_fitting(rows, schedules)
             if row is None:
                 reasons = note or "; ".join(f"{s.algorithm}: {s.reason}" for s in skipped) or "no algorithm applies"
                 entries.append(CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, None, None, None,
-                                            None, bound, None, None, reasons))
+                                            None, bound, None, None, reasons, None, label))
                 continue
             schedule = schedules[(row.algorithm, row.collective)]
             name = f"{slug(spec)}.{kind.value}.json"
@@ -174,10 +178,11 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
             note = "; ".join(part for part in (note, why) if part)
             entries.append(CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, row.algorithm, name,
                                         xml_name, row.algbw_GBps, bound, len(schedule.transfers),
-                                        _command(spec, kind, row.algorithm, name, label), note, row.pipeline))
+                                        _command(spec, kind, row.algorithm, name, out_name), note,
+                                        row.plan.to_dict(), label))
     files[INDEX] = json.dumps({"size": CATALOG_SIZE, "model": "flow",
                                "entries": [e.to_dict() for e in entries]}, indent=1) + "\n"
-    files[README] = render_readme(entries, label)
+    files[README] = render_readme(entries, out_name)
     stale = _listed_files(out) - set(files)
     with atomic_directory(out) as temp:
         for name, content in files.items():
@@ -203,31 +208,40 @@ def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules")
         "",
         "Ready-made, verified schedules for the shipped topologies: for each topology and collective, the",
         f"best schedule synth makes, ranked by algbw at {format_size(CATALOG_SIZE)} in the flow model among the "
-        "algorithms that apply, every chunk streamed in pieces of about 512 KiB as a runtime would (the `pipeline`",
-        "field of `index.json`; the same rule as `synth compare`)",
+        "algorithms that apply, each timed under the execution plan every synth command uses (protocol, slices",
+        "and slices in flight: the `plan` column and the `plan` field of `index.json`; see `synth evaluate --help`)",
         "(slow solver runs such as `milp` left out). Broadcast and reduce use root 0. Files are synth JSON",
         "(`synth.schedule/1`); `.xml` files are MSCCL XML where the exporter exists, the schedule fits the",
         f"runtime's limits and the XML is under {MAX_XML_BYTES // 1000} kB. `index.json` holds the same figures, unrounded.",
         "",
         f"Regenerate with `synth catalog --out {out_label}`; `synth catalog --check` re-verifies every file",
-        "and re-evaluates its figures. The bound is the topology's bandwidth bound for the collective",
-        "(`-` where none is available).",
+        "and re-evaluates its figures. % of bound: the topology's proven lower bound on time at that size",
+        "(links only) over the schedule's time (`-` where none is available).",
         "",
-        "| topology | gpus | collective | algorithm | algbw GB/s at 1 GiB | % of bound | files | command |",
-        "| --- | ---: | --- | --- | ---: | ---: | --- | --- |",
+        "| topology | gpus | collective | algorithm | algbw GB/s at 1 GiB | % of bound | plan | files | command |",
+        "| --- | ---: | --- | --- | ---: | ---: | --- | --- | --- |",
     ]
     for e in entries:
         if e.algorithm is None:
-            lines.append(f"| {e.topology} | {e.gpus} | {e.collective} | - | - | - | - | none: {_cell(e.note)} |")
+            lines.append(f"| {e.topology} | {e.gpus} | {e.collective} | - | - | - | - | - | none: {_cell(e.note)} |")
             continue
         percent = "-" if e.percent_of_bound is None else f"{e.percent_of_bound:.1f}%"
         files = f"[json]({e.file})" + (f", [xml]({e.msccl})" if e.msccl else "")
         note = f" ({_cell(e.note)})" if e.note else ""
+        plan = _plan_text(e.plan)
         lines.append(f"| {e.topology} | {e.gpus} | {e.collective} | {e.algorithm} | {e.algbw_GBps:.2f} | {percent} "
-                     f"| {files} | `{e.command}`{note} |")
+                     f"| {plan} | {files} | `{e.command}`{note} |")
     if not entries:
-        lines.append("| (no shipped topologies) | | | | | | | |")
+        lines.append("| (no shipped topologies) | | | | | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _plan_text(plan: dict[str, Any] | None) -> str:
+    if not plan:
+        return "-"
+    from synth.plan import Plan, Protocol
+
+    return Plan(Protocol(plan["protocol"]), plan["slice_bytes"], plan["slices"], plan["window"]).short()
 
 
 def _cell(text: str) -> str:
@@ -258,7 +272,8 @@ def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9) -> lis
             topology = load_topology(entry["topology"])
             schedule = Schedule.from_file(out / entry["file"])
             verify(schedule, topology)
-            algbw = evaluate(schedule, topology, size, pipeline=int(entry.get("pipeline", 1))).algbw_GBps
+            result = evaluate(schedule, topology, size)
+            algbw = result.algbw_GBps
         except SynthError as error:
             problems.append(f"{where}: {error}")
             continue
@@ -266,6 +281,8 @@ def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9) -> lis
             problems.append(f"{where}: file says algorithm {schedule.algorithm}, index says {entry['algorithm']}")
         if abs(algbw - entry["algbw_GBps"]) > tolerance * max(1.0, abs(algbw)):
             problems.append(f"{where}: algbw is {algbw!r} GB/s now, the index says {entry['algbw_GBps']!r}")
+        if entry.get("plan") != result.plan.to_dict():
+            problems.append(f"{where}: the plan is {result.plan.describe()} now, the index says {entry.get('plan')}")
         if f"| {entry['algorithm']} | {algbw:.2f} |" not in readme:
             problems.append(f"{where}: README has no row with {entry['algorithm']} at {algbw:.2f} GB/s")
         if entry.get("msccl") and not (out / entry["msccl"]).is_file():

@@ -6,19 +6,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from synth.algorithms import available, synthesize
 from synth.collectives import Kind
 from synth.errors import NotApplicable, SynthError
-from synth.evaluate import congestion, evaluate
+from synth.evaluate import PlanOptions, evaluate_sizes
+from synth.plan import Plan
 from synth.schedule import Schedule
 from synth.topology import Topology
 from synth.verify import verify
 
+if TYPE_CHECKING:
+    from synth.bounds import TimeBound
+
 
 @dataclass(frozen=True)
 class Row:
-    """One (algorithm, collective, size) measurement of a verified schedule."""
+    """One (algorithm, collective, size) measurement of a verified schedule, with the plan it ran under
+    and the topology's lower bound on time at that size."""
 
     algorithm: str
     collective: str
@@ -28,23 +34,32 @@ class Row:
     busbw_GBps: float
     congestion_time_s: float
     synthesis_s: float
-    bound_algbw_GBps: float | None = None
-    pipeline: int = 1
+    plan: Plan
+    bound_time_s: float | None = None
+    bound_label: str = "bound"
 
     @property
     def percent_of_bound(self) -> float | None:
-        """algbw as a percentage of the topology's bandwidth bound for the collective, if known."""
-        if not self.bound_algbw_GBps:
+        """The bound's time as a percentage of this time (100% = as fast as the links allow), if known."""
+        if not self.bound_time_s or self.time_s <= 0:
             return None
-        return 100.0 * self.algbw_GBps / self.bound_algbw_GBps
+        return 100.0 * self.bound_time_s / self.time_s
+
+    @property
+    def bound_algbw_GBps(self) -> float | None:
+        """The largest algbw any schedule can reach at this size, if known."""
+        if not self.bound_time_s:
+            return None
+        return self.size / self.bound_time_s / 1e9
 
     def to_dict(self) -> dict[str, object]:
-        """A plain dict for JSON output."""
+        """A plain dict for JSON output (the plan's fields included)."""
         return {"algorithm": self.algorithm, "collective": self.collective, "size": self.size,
                 "time_s": self.time_s, "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
                 "congestion_time_s": self.congestion_time_s, "synthesis_s": self.synthesis_s,
-                "bound_algbw_GBps": self.bound_algbw_GBps, "percent_of_bound": self.percent_of_bound,
-                "pipeline": self.pipeline}
+                "bound_time_s": self.bound_time_s, "bound_algbw_GBps": self.bound_algbw_GBps,
+                "bound_label": self.bound_label, "percent_of_bound": self.percent_of_bound,
+                **self.plan.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -56,45 +71,21 @@ class Skipped:
     reason: str
 
 
-BoundFunction = Callable[[Topology, Kind], float | None]
+def lower_bound(topology: Topology, kind: Kind) -> TimeBound | None:
+    """The topology's proven lower bound on time for ``kind`` (:func:`synth.bounds.time_bound`), or None
+    when none can be computed (a limit, an LP failure)."""
+    from synth.bounds import time_bound
 
-#: Target piece size for automatic pipelining: runtimes stream large messages in pieces of this order
-#: (NCCL's chunk steps, MSCCL's loop iterations over ``nchunksperloop`` chunks).
-PIECE_BYTES = 512 * 1024
-#: Most pieces per chunk, and most simulated flows, that automatic pipelining will ask for.
-MAX_PIPELINE = 16
-MAX_PIPELINED_FLOWS = 64_000
-
-
-def auto_pipeline(schedule: Schedule, size: int) -> int:
-    """How many pieces to split each chunk into when a runtime would stream a message of ``size`` bytes.
-
-    Every algorithm gets the same rule, so comparisons stay fair: pieces of about :data:`PIECE_BYTES`,
-    at most :data:`MAX_PIPELINE` per chunk, and at most :data:`MAX_PIPELINED_FLOWS` simulated flows.
-
-    Examples
-    --------
-    >>> from synth import load_topology, synthesize
-    >>> ring = synthesize(load_topology("ring:n=4"), "allgather", "ring")
-    >>> auto_pipeline(ring, 2**20), auto_pipeline(ring, 2**30)
-    (1, 16)
-    """
-    chunk_bytes = schedule.collective.chunk_bytes(size)
-    pieces = max(1, min(MAX_PIPELINE, int(chunk_bytes // PIECE_BYTES)))
-    transfers = max(1, len(schedule.transfers))
-    return max(1, min(pieces, MAX_PIPELINED_FLOWS // transfers))
+    try:
+        return time_bound(topology, kind)
+    except SynthError:
+        return None
 
 
 def bandwidth_bound(topology: Topology, kind: Kind) -> float | None:
-    """The best known algbw bound (GB/s) for ``kind`` on ``topology``, or None when none is available."""
-    try:
-        from synth.bounds import algbw_bound
-    except ImportError:
-        return None
-    try:
-        return algbw_bound(topology, kind)
-    except SynthError:
-        return None
+    """The largest algbw (GB/s) any schedule of ``kind`` reaches on ``topology`` at large sizes, or None."""
+    bound = lower_bound(topology, kind)
+    return None if bound is None else bound.bandwidth_algbw_GBps()
 
 
 #: Algorithms left out unless asked for by name (solver runs that can take minutes).
@@ -122,12 +113,13 @@ def best_rows(rows: Iterable[Row]) -> set[tuple[str, int, str]]:
 def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], algorithms: Iterable[str] | None = None,
             options: dict[str, dict[str, object]] | None = None, model: str = "flow",
             progress: Callable[[str], None] | None = None, include_slow: bool = True,
-            keep_going: bool = False, pipeline: int | str = "auto",
+            keep_going: bool = False, plan: PlanOptions | None = None,
             ) -> tuple[list[Row], list[Skipped], dict[tuple[str, str], Schedule]]:
     """Synthesize, verify and evaluate every applicable algorithm for each collective and size.
 
-    ``pipeline`` is the number of pieces per chunk in the flow model, or ``"auto"`` for
-    :func:`auto_pipeline` (the same rule for every algorithm); other models take 1.
+    Every schedule is evaluated by :func:`synth.evaluate.evaluate_sizes` under the same plan rule
+    (``plan`` overrides it explicitly, the same for every algorithm), so each row's time is the one
+    ``synth evaluate`` prints for that schedule and size.
 
     ``include_slow=False`` leaves out :data:`SLOW_ALGORITHMS` unless named in ``algorithms``;
     ``keep_going=True`` records an algorithm that fails with a :class:`SynthError` (a limit, an
@@ -139,7 +131,7 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
     sizes = list(sizes)
     wanted = set(algorithms) if algorithms is not None else None
     for kind in kinds:
-        bound = bandwidth_bound(topology, kind)
+        bound = lower_bound(topology, kind)
         for algorithm in available(kind):
             if wanted is not None and algorithm.name not in wanted:
                 continue
@@ -167,19 +159,9 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
                 skipped.append(Skipped(algorithm.name, kind.value, f"schedule failed verification: {error}"))
                 continue
             schedules[(algorithm.name, kind.value)] = schedule
-            report = congestion(schedule, topology)
-            for size in sizes:
-                pieces = pipeline_for(schedule, size, pipeline, model)
-                result = evaluate(schedule, topology, size, model=model, pipeline=pieces)
-                rows.append(Row(algorithm.name, kind.value, size, result.time_s, result.algbw_GBps,
-                                result.busbw_GBps, report.time(size), elapsed, bound, pieces))
+            for result in evaluate_sizes(schedule, topology, sizes, model=model, options=plan):
+                rows.append(Row(algorithm.name, kind.value, result.size, result.time_s, result.algbw_GBps,
+                                result.busbw_GBps, result.congestion_time_s, elapsed, result.plan,
+                                None if bound is None else bound.time(result.size),
+                                "bound" if bound is None else bound.label))
     return rows, skipped, schedules
-
-
-def pipeline_for(schedule: Schedule, size: int, pipeline: int | str, model: str) -> int:
-    """The pieces per chunk to evaluate with: ``pipeline`` itself, or :func:`auto_pipeline` for ``"auto"``."""
-    if model != "flow":
-        return 1
-    if pipeline == "auto":
-        return auto_pipeline(schedule, size)
-    return int(pipeline)

@@ -551,7 +551,7 @@ def draw_trees(topology: Topology, schedule: Schedule, root: int, title: str | N
 # ------------------------------------------------------------------------------ compare plots
 def plot_compare(rows: Sequence[Any], title: str | None = None) -> Figure:
     """algbw against message size, log axes, one line per algorithm, one panel per collective, the
-    bandwidth bound dashed. ``rows`` are :class:`synth.compare.Row` (or dicts with the same keys)."""
+    topology's bound (the largest algbw its lower bound on time allows at each size) dashed. ``rows`` are :class:`synth.compare.Row` (or dicts with the same keys)."""
     def get(row: Any, name: str) -> Any:
         return row[name] if isinstance(row, Mapping) else getattr(row, name)
 
@@ -575,9 +575,12 @@ def plot_compare(rows: Sequence[Any], title: str | None = None) -> Figure:
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3.5, linewidth=1.5,
                         color=colour[algorithm], label=algorithm)
-        bound = next((get(r, "bound_algbw_GBps") for r in mine if get(r, "bound_algbw_GBps")), None)
+        bound = sorted({(get(r, "size"), get(r, "bound_algbw_GBps")) for r in mine if get(r, "bound_algbw_GBps")})
         if bound:
-            ax.axhline(bound, color="black", linestyle="--", linewidth=1.0, label=f"bound {bound:.4g} GB/s")
+            label = next((get(r, "bound_label") for r in mine if isinstance(r, Mapping) and "bound_label" in r
+                          or hasattr(r, "bound_label")), "bound")
+            ax.plot([b[0] for b in bound], [b[1] for b in bound], color="black", linestyle="--", linewidth=1.0,
+                    label=f"{label} (links only)")
         sizes = sorted({get(r, "size") for r in mine})
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -1,30 +1,34 @@
-"""The evaluator: congestion bound, flow-level α-β simulation, and nccl-tests metrics.
+"""The evaluator: congestion bound, the execution plan, timing models and nccl-tests metrics.
+
+One (schedule, size, model) gives one time in every command: each model applies the one plan rule of
+:mod:`synth.plan` (slices, slices in flight, protocol), every result carries the plan it used, and the
+options that override the plan (``protocol``, ``slice_bytes``, ``slices``, ``window``) do so explicitly.
 
 Models
 ------
 ``flow``
-    A transfer starts when its deps are done, pays its path's latency (the sum of link latencies, α),
-    then streams its bytes while sharing every link on its path with the transfers crossing it at the
-    same time, by max-min fair sharing (the standard flow-level model). Optional pipelining splits each
-    chunk into P pieces: piece j of a transfer waits for piece j of its deps and piece j-1 of itself.
+    The flow-level simulator of :mod:`synth.flow`: slices stream with max-min fair link sharing, a
+    transfer's latency overlaps its slices, the protocol's costs apply. Protocol ``auto`` (the default)
+    tries LL, LL128 and Simple and keeps the fastest, as NCCL's tuner does; a schedule may pin one in
+    ``params["plan"]``.
 ``astra``
-    ASTRA-sim's congestion-aware analytical network (store-and-forward per link, first come first
-    served), registered by :mod:`synth.astra` when present.
+    ASTRA-sim's congestion-aware analytical network replayed on the exact Chakra traces synth exports
+    (:mod:`synth.astra`). ASTRA-sim has no protocols: the plan is the ``ideal`` protocol, and the trace is
+    the schedule's chunks as exported (1 slice per chunk).
 
 Metrics follow nccl-tests: algbw = n / t, busbw = algbw x factor (see :mod:`synth.collectives`).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
-import numpy as np
-
-from synth.errors import InputError, VerificationError
+from synth.errors import InputError
+from synth.flow import simulate
+from synth.plan import AUTO_PROTOCOLS, PROTOCOL_COSTS, Plan, Protocol, make_plan, parse_protocol, pinned
 from synth.schedule import Schedule
 from synth.topology import Topology
 
@@ -59,13 +63,13 @@ class Evaluation:
     busbw_GBps: float
     congestion_time_s: float
     model: str
-    pipeline: int = 1
+    plan: Plan
 
-    def to_dict(self) -> dict[str, float | int | str]:
-        """The record as a plain dict, in documented field order."""
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a plain dict, in documented field order (the plan's fields last)."""
         return {"size": self.size, "time_s": self.time_s, "algbw_GBps": self.algbw_GBps,
                 "busbw_GBps": self.busbw_GBps, "congestion_time_s": self.congestion_time_s,
-                "model": self.model, "pipeline": self.pipeline}
+                "model": self.model, **self.plan.to_dict()}
 
 
 def congestion(schedule: Schedule, topology: Topology, top: int = 5) -> CongestionReport:
@@ -101,17 +105,128 @@ def metrics(schedule: Schedule, size: int, time_s: float) -> tuple[float, float]
     return algbw, algbw * schedule.collective.busbw_factor()
 
 
-ModelFunction = Callable[[Schedule, Topology, int, int], float]
-MODELS: dict[str, ModelFunction] = {}
+@dataclass(frozen=True)
+class Model:
+    """A timing model: ``function(schedule, topology, size, plan) -> seconds``.
+
+    ``protocols``: the model charges protocol costs (else only ``ideal`` applies); ``slicing``: it
+    streams chunks in the plan's slices (else every chunk is one slice).
+    """
+
+    name: str
+    function: Callable[[Schedule, Topology, int, Plan], float]
+    protocols: bool
+    slicing: bool
 
 
-def register_model(name: str, function: ModelFunction) -> None:
-    """Register an evaluator model ``function(schedule, topology, size, pipeline) -> seconds``."""
-    MODELS[name] = function
+MODELS: dict[str, Model] = {}
 
 
-def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "flow", pipeline: int = 1) -> Evaluation:
-    """Evaluate a schedule at one message size with the chosen model.
+def register_model(name: str, function: Callable[[Schedule, Topology, int, Plan], float], *,
+                   protocols: bool, slicing: bool) -> None:
+    """Register a timing model (see :class:`Model`)."""
+    MODELS[name] = Model(name, function, protocols, slicing)
+
+
+def _load_optional_models() -> None:
+    if "astra" not in MODELS:
+        import synth.astra  # noqa: F401  (registers the model)
+
+
+def get_model(name: str) -> Model:
+    """The registered model called ``name``; raises :class:`InputError` naming the known ones."""
+    _load_optional_models()
+    if name not in MODELS:
+        raise InputError("", "model", f"unknown evaluator model {name!r}; expected one of {', '.join(sorted(MODELS))}")
+    return MODELS[name]
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What a user asked of the plan; None leaves a field to the schedule's pins, then to the rule.
+
+    ``protocol`` is a protocol name or ``"auto"`` (None also means auto unless the schedule pins one).
+    """
+
+    protocol: str | None = None
+    slice_bytes: int | None = None
+    slices: int | None = None
+    window: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON fields (None where not given)."""
+        return {"protocol": self.protocol, "slice_bytes": self.slice_bytes, "slices": self.slices,
+                "window": self.window}
+
+
+def candidate_plans(schedule: Schedule, size: int, model: Model, options: PlanOptions | None = None) -> list[Plan]:
+    """The plans to try for ``schedule`` at ``size``: one, or one per protocol when the protocol is auto.
+
+    Precedence: ``options`` (explicit), then the schedule's ``params["plan"]`` pins, then the rule of
+    :mod:`synth.plan`.
+    """
+    options = options or PlanOptions()
+    pins = pinned(schedule.params)
+    chosen: Protocol | None = None
+    if options.protocol is not None:
+        chosen = parse_protocol(options.protocol)
+    if chosen is None and options.protocol is None:
+        chosen = pins.get("protocol")
+    if not model.protocols:
+        if chosen not in (None, Protocol.IDEAL) and options.protocol is not None:
+            raise InputError("", "protocol", f"the {model.name} model has no protocols; use --protocol ideal or auto")
+        chosen = Protocol.IDEAL
+    slice_bytes = options.slice_bytes if options.slice_bytes is not None else pins.get("slice_bytes")
+    window = options.window if options.window is not None else pins.get("window")
+    slices = options.slices
+    if not model.slicing:
+        if slices not in (None, 1) or options.slice_bytes is not None:
+            raise InputError("", "slices", f"the {model.name} model runs every chunk as one message; "
+                             "give the schedule more chunks instead")
+        slices = 1
+    protocols = [chosen] if chosen is not None else list(AUTO_PROTOCOLS)
+    return [make_plan(schedule.collective.chunks, size, protocol, slice_bytes=slice_bytes, window=window,
+                      slices=slices) for protocol in protocols]
+
+
+def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int], model: str = "flow",
+                   options: PlanOptions | None = None) -> list[Evaluation]:
+    """Evaluate a schedule at several message sizes (the congestion report is computed once).
+
+    With protocol auto, each protocol is simulated unless its lower bound (the congestion time at the
+    protocol's efficiency plus its base latency) already exceeds the best time found; ties go to the
+    protocol tried first (the one with the smaller lower bound, then LL, LL128, Simple).
+    """
+    chosen_model = get_model(model)
+    report = congestion(schedule, topology)
+    results = []
+    for size in sizes:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InputError("", "size", f"expected a positive whole number of bytes, got {size!r}")
+        bandwidth_time = report.time(size)
+        plans = candidate_plans(schedule, size, chosen_model, options)
+        floor = {plan: bandwidth_time / float(plan.costs.efficiency) + plan.costs.base_latency_us * MICRO
+                 for plan in plans}
+        best: tuple[float, Plan] | None = None
+        for plan in sorted(plans, key=lambda p: floor[p]):
+            if best is not None and floor[plan] >= best[0]:
+                continue
+            seconds = chosen_model.function(schedule, topology, size, plan)
+            if best is None or seconds < best[0]:
+                best = (seconds, plan)
+        assert best is not None
+        seconds, plan = best
+        algbw, busbw = metrics(schedule, size, seconds)
+        results.append(Evaluation(size, seconds, algbw, busbw, bandwidth_time, model, plan))
+    return results
+
+
+def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "flow",
+             options: PlanOptions | None = None, **plan: Any) -> Evaluation:
+    """Evaluate a schedule at one message size with the chosen model and plan.
+
+    Plan fields may be given as ``options`` or as keywords (``protocol=``, ``slice_bytes=``,
+    ``slices=``, ``window=``).
 
     Examples
     --------
@@ -119,38 +234,22 @@ def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "fl
     >>> from synth.algorithms import synthesize
     >>> topo = load_topology("ring:n=4")
     >>> result = evaluate(synthesize(topo, "allreduce", "ring"), topo, 2**20)
-    >>> result.model, result.time_s > 0
-    ('flow', True)
+    >>> result.model, result.plan.protocol.value, result.time_s > 0
+    ('flow', 'LL128', True)
+    >>> evaluate(synthesize(topo, "allreduce", "ring"), topo, 2**20, protocol="Simple").plan.describe()
+    'Simple, 1 slice of 256 KiB per chunk, 8 in flight'
     """
-    _load_optional_models()
-    if model not in MODELS:
-        raise InputError("", "model", f"unknown evaluator model {model!r}; expected one of {', '.join(sorted(MODELS))}")
-    if pipeline < 1:
-        raise InputError("", "pipeline", f"expected at least 1, got {pipeline}")
-    seconds = MODELS[model](schedule, topology, size, pipeline)
-    algbw, busbw = metrics(schedule, size, seconds)
-    bound = congestion(schedule, topology).time(size)
-    return Evaluation(size, seconds, algbw, busbw, bound, model, pipeline)
+    if plan:
+        unknown = set(plan) - {"protocol", "slice_bytes", "slices", "window"}
+        if unknown:
+            raise InputError("", sorted(unknown)[0], "unknown plan option; expected protocol, slice_bytes, slices, window")
+        options = PlanOptions(**{**(options.to_dict() if options else {}), **plan})
+    return evaluate_sizes(schedule, topology, [size], model, options)[0]
 
 
-def _load_optional_models() -> None:
-    if "astra" not in MODELS:
-        try:
-            import synth.astra  # noqa: F401  (registers the model)
-        except ImportError:
-            pass
-
-
-# --------------------------------------------------------------------------------- flow model
-def simulate_flow(schedule: Schedule, topology: Topology, size: int, pipeline: int = 1) -> float:
-    """Completion time in seconds of the flow-level α-β simulation with max-min fair sharing.
-
-    Transfers that cross the same path always get the same max-min rate, so the simulation works on
-    *path classes*: per class, the number of active flows, one shared per-flow rate and a byte-progress
-    counter (numpy arrays over all classes). Every flow of a class moves the same number of bytes at the
-    same rate, so a class's flows finish in the order they joined (a FIFO of finish thresholds). Rates
-    are recomputed only when some class's flow count has changed since the last computation, and all
-    events at one instant are handled together.
+def simulate_flow(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None) -> float:
+    """The flow model's time in seconds under ``plan`` (default: the ``ideal`` protocol with every chunk
+    one slice, the plain chunk-level α-β model; commands use :func:`evaluate` and the plan rule).
 
     Examples
     --------
@@ -160,180 +259,16 @@ def simulate_flow(schedule: Schedule, topology: Topology, size: int, pipeline: i
     >>> simulate_flow(synthesize(topo, "allgather", "ring"), topo, 2 * 10**9)  # 1 GB over 1 GB/s
     1.0
     """
-    transfers = schedule.transfers
-    if not transfers:
-        return 0.0
-    pieces = pipeline
-    piece_bytes = size / schedule.collective.chunks / pieces
-
-    # ---- path classes: their links (CSR arrays) and latency
-    link_index: dict[tuple[str, str], int] = {}
-    capacity_list: list[float] = []
-    class_of_path: dict[tuple[str, ...], int] = {}
-    flat_links: list[int] = []
-    flat_class: list[int] = []
-    class_delay: list[float] = []
-    transfer_class = [0] * len(transfers)
-    for t in transfers:
-        cls = class_of_path.get(t.path)
-        if cls is None:
-            cls = len(class_delay)
-            class_of_path[t.path] = cls
-            for hop in zip(t.path, t.path[1:], strict=False):
-                index = link_index.get(hop)
-                if index is None:
-                    index = len(capacity_list)
-                    link_index[hop] = index
-                    capacity_list.append(topology.bandwidth(*hop) * GIGA)
-                flat_links.append(index)
-                flat_class.append(cls)
-            class_delay.append(topology.path_latency(t.path) * MICRO)
-        transfer_class[t.id] = cls
-    num_classes = len(class_delay)
-    sharing = _MaxMin(np.array(flat_links, dtype=np.int64), np.array(flat_class, dtype=np.int64),
-                      np.array(capacity_list, dtype=np.float64), num_classes)
-
-    # ---- dependencies: flow t*P + j waits for piece j of each dep and piece j-1 of itself
-    children: list[list[int]] = [[] for _ in transfers]
-    count = len(transfers) * pieces
-    waiting = [0] * count
-    for t in transfers:
-        parents = set(t.deps)
-        for dep in parents:
-            children[dep].append(t.id)
-        base = t.id * pieces
-        waiting[base] = len(parents)
-        for j in range(1, pieces):
-            waiting[base + j] = len(parents) + 1
-
-    # ---- per-class state
-    members = np.zeros(num_classes, dtype=np.int64)      # active flows per class
-    rated = np.zeros(num_classes, dtype=np.int64)        # members when rates were last computed
-    progress = np.zeros(num_classes)                     # bytes each flow of the class has moved
-    head = np.full(num_classes, np.inf)                  # finish threshold of the class's oldest flow
-    rate = np.zeros(num_classes)                         # bytes/s of each flow of the class
-    queues: list[deque[tuple[float, int]]] = [deque() for _ in range(num_classes)]
-    touched: set[int] = set()
-    latency_heap: list[tuple[float, int]] = []
-    active_count = 0
-
-    def join(flow: int) -> None:
-        nonlocal active_count
-        cls = transfer_class[flow // pieces]
-        queue = queues[cls]
-        if not queue:
-            progress[cls] = 0.0
-            head[cls] = piece_bytes
-            active_count += 1
-            queue.append((piece_bytes, flow))
-        else:
-            queue.append((float(progress[cls]) + piece_bytes, flow))
-        members[cls] += 1
-        touched.add(cls)
-
-    def make_ready(flow: int, at: float) -> None:
-        delay = class_delay[transfer_class[flow // pieces]]
-        if delay > 0:
-            heapq.heappush(latency_heap, (at + delay, flow))
-        else:
-            join(flow)
-
-    for flow in range(count):
-        if waiting[flow] == 0:
-            make_ready(flow, 0.0)
-    now = 0.0
-    done = 0
-    finish = 0.0
-    tolerance = 1e-9 * piece_bytes
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while done < count:
-            if not active_count and not latency_heap:
-                raise VerificationError("flow simulation stalled: some transfers never become ready "
-                                        "(their deps form a cycle; verify the schedule)")
-            if touched:
-                changed = np.fromiter(touched, dtype=np.int64, count=len(touched))
-                touched.clear()
-                if (members[changed] != rated[changed]).any():
-                    sharing.rates(members, rate)
-                    rated[:] = members
-            step = float(np.min((head - progress) / rate)) if active_count else float("inf")
-            if latency_heap:
-                step = min(step, max(latency_heap[0][0] - now, 0.0))
-            now += step
-            progress += rate * step
-            finished: list[int] = []
-            for cls in np.flatnonzero(head <= progress * (1 + 1e-15) + tolerance).tolist():
-                queue = queues[cls]
-                limit = float(progress[cls]) * (1 + 1e-15) + tolerance
-                while queue and queue[0][0] <= limit:
-                    finished.append(queue.popleft()[1])
-                members[cls] = len(queue)
-                touched.add(cls)
-                if queue:
-                    head[cls] = queue[0][0]
-                else:
-                    head[cls] = np.inf  # its rate stays: valid again if the same flows come back
-                    active_count -= 1
-            while latency_heap and latency_heap[0][0] <= now * (1 + 1e-15) + 1e-18:
-                join(heapq.heappop(latency_heap)[1])
-            finished.sort()
-            for flow in finished:
-                done += 1
-                finish = now
-                tid, j = divmod(flow, pieces)
-                if j + 1 < pieces:
-                    waiting[flow + 1] -= 1
-                    if waiting[flow + 1] == 0:
-                        make_ready(flow + 1, now)
-                for child in children[tid]:
-                    successor = child * pieces + j
-                    waiting[successor] -= 1
-                    if waiting[successor] == 0:
-                        make_ready(successor, now)
-    return finish
+    if plan is None:
+        plan = make_plan(schedule.collective.chunks, size, Protocol.IDEAL, slices=1)
+    return simulate(schedule, topology, size, plan)
 
 
-class _MaxMin:
-    """Max-min fair per-flow rates of path classes by progressive filling.
-
-    Raise every unfrozen flow's rate together until some link is full, freeze the flows crossing it,
-    repeat. A class of ``m`` active flows weighs ``m`` on each of its links. ``entry_link`` and
-    ``entry_class`` list every (link, class) incidence once.
-    """
-
-    def __init__(self, entry_link: np.ndarray, entry_class: np.ndarray, capacity: np.ndarray,
-                 num_classes: int) -> None:
-        self.entry_link = entry_link
-        self.entry_class = entry_class
-        self.capacity = capacity
-        self.num_classes = num_classes
-
-    def rates(self, members: np.ndarray, rate: np.ndarray) -> None:
-        """Write the per-flow rate (bytes/s) of every class into ``rate`` (0 for idle classes)."""
-        rate[:] = 0.0
-        weight_all = members[self.entry_class].astype(np.float64)
-        live = weight_all > 0
-        entry_link = self.entry_link[live]
-        entry_class = self.entry_class[live]
-        entry_weight = weight_all[live]
-        num_links = len(self.capacity)
-        remaining = self.capacity.copy()
-        hit = np.zeros(self.num_classes, dtype=bool)
-        while entry_link.size:
-            load = np.bincount(entry_link, weights=entry_weight, minlength=num_links)
-            share = np.where(load > 0, remaining / np.where(load > 0, load, 1.0), np.inf)
-            level = share.min()
-            bottleneck = share <= level * (1 + 1e-12)
-            hit[:] = False
-            hit[entry_class[bottleneck[entry_link]]] = True
-            rate[hit] = level
-            newly = hit[entry_class]
-            remaining -= np.bincount(entry_link[newly], weights=entry_weight[newly] * level, minlength=num_links)
-            np.maximum(remaining, 0.0, out=remaining)
-            keep = ~newly
-            entry_link = entry_link[keep]
-            entry_class = entry_class[keep]
-            entry_weight = entry_weight[keep]
+def protocol_costs_table() -> Mapping[str, Mapping[str, float]]:
+    """The protocols' costs as plain numbers (for ``--json`` outputs and the README)."""
+    return {p.value: {"efficiency": float(c.efficiency), "base_latency_us": c.base_latency_us,
+                      "step_latency_us": c.step_latency_us, "network_step_latency_us": c.network_step_latency_us,
+                      "slice_bytes": c.slice_bytes} for p, c in PROTOCOL_COSTS.items()}
 
 
-register_model("flow", simulate_flow)
+register_model("flow", simulate, protocols=True, slicing=True)

@@ -27,7 +27,8 @@ from typing import Any
 
 from synth.collectives import Kind
 from synth.errors import VerificationError
-from synth.evaluate import GIGA, MICRO, congestion
+from synth.evaluate import GIGA, MICRO, PlanOptions, congestion, evaluate_sizes
+from synth.plan import Plan
 from synth.schedule import REDUCE, Schedule, Transfer
 from synth.topology import Topology
 
@@ -126,6 +127,8 @@ class Explanation:
     critical_path: CriticalPath
     congestion_time_s: float
     params: dict[str, Any] = field(default_factory=dict)
+    time_s: float | None = None
+    plan: Plan | None = None
 
     @property
     def preferred_view(self) -> str:
@@ -134,7 +137,8 @@ class Explanation:
 
     @property
     def lower_bound_s(self) -> float:
-        """max(congestion bound, critical path): no execution of this schedule is faster."""
+        """max(congestion bound, critical path): no execution of this schedule with the plan's slices is
+        faster."""
         return max(self.congestion_time_s, self.critical_path.time_s)
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,7 +147,8 @@ class Explanation:
             "algorithm": self.algorithm, "collective": self.collective, "topology": self.topology,
             "ranks": self.ranks, "chunks": self.chunks, "transfers": self.transfers, "size": self.size,
             "depth": self.depth, "congestion_time_s": self.congestion_time_s,
-            "lower_bound_s": self.lower_bound_s,
+            "lower_bound_s": self.lower_bound_s, "time_s": self.time_s,
+            "plan": self.plan.to_dict() if self.plan else None,
             "critical_path": {"transfers": list(self.critical_path.transfers),
                               "time_s": self.critical_path.time_s,
                               "latency_s": self.critical_path.latency_s,
@@ -205,28 +210,40 @@ def levels(schedule: Schedule) -> list[int]:
 
 
 def transfer_seconds(transfer: Transfer, topology: Topology, chunk_bytes: float) -> tuple[float, float]:
-    """(α, β-part) seconds of one transfer alone: path latency, and bytes over the narrowest hop."""
+    """(α, β-part) seconds of one transfer alone: path latency, and bytes over the narrowest hop (a
+    local op, whose path has one node, costs nothing)."""
     path = transfer.path
+    if len(path) < 2:
+        return 0.0, 0.0
     narrowest = min(topology.bandwidth(u, v) for u, v in zip(path, path[1:], strict=False))
     return topology.path_latency(path) * MICRO, chunk_bytes / (narrowest * GIGA)
 
 
-def critical_path(schedule: Schedule, topology: Topology, size: int, level: list[int] | None = None) -> CriticalPath:
-    """The longest chain of dependent transfers by α-β time at ``size`` bytes (contention ignored)."""
+def critical_path(schedule: Schedule, topology: Topology, size: int, level: list[int] | None = None,
+                  slices: int = 1) -> CriticalPath:
+    """The longest chain of dependent transfers by α-β time at ``size`` bytes (contention ignored), with
+    each chunk streamed in ``slices`` slices.
+
+    A slice can move on only once it has arrived, so the first slice of a transfer arrives no sooner
+    than the first slices of its deps plus the transfer's latency and one slice over its narrowest hop;
+    its last slice arrives ``slices - 1`` slice times later still. The chain ending at the largest such
+    time is the critical path; with one slice it is the classic α-β chain.
+    """
     transfers = schedule.transfers
     if not transfers:
         return CriticalPath((), 0.0, 0.0, 0.0, size)
     level = level if level is not None else levels(schedule)
-    chunk_bytes = schedule.collective.chunk_bytes(size)
-    cost = [transfer_seconds(t, topology, chunk_bytes) for t in transfers]
-    finish = [0.0] * len(transfers)
+    slice_bytes = schedule.collective.chunk_bytes(size) / slices
+    cost = [transfer_seconds(t, topology, slice_bytes) for t in transfers]
+    first = [0.0] * len(transfers)
     parent: list[int | None] = [None] * len(transfers)
     for tid in sorted(range(len(transfers)), key=lambda i: (level[i], i)):
         start = 0.0
         for dep in sorted(transfers[tid].deps):
-            if parent[tid] is None or finish[dep] > start:
-                start, parent[tid] = finish[dep], dep
-        finish[tid] = start + cost[tid][0] + cost[tid][1]
+            if parent[tid] is None or first[dep] > start:
+                start, parent[tid] = first[dep], dep
+        first[tid] = start + cost[tid][0] + cost[tid][1]
+    finish = [first[i] + (slices - 1) * cost[i][1] for i in range(len(transfers))]
     last = max(range(len(transfers)), key=lambda i: (finish[i], -i))
     chain: list[int] = []
     node: int | None = last
@@ -235,8 +252,7 @@ def critical_path(schedule: Schedule, topology: Topology, size: int, level: list
         node = parent[node]
     chain.reverse()
     latency = sum(cost[i][0] for i in chain)
-    bandwidth = sum(cost[i][1] for i in chain)
-    return CriticalPath(tuple(chain), finish[last], latency, bandwidth, size)
+    return CriticalPath(tuple(chain), finish[last], latency, finish[last] - latency, size)
 
 
 def steps(schedule: Schedule, level: list[int] | None = None) -> tuple[Step, ...]:
@@ -303,9 +319,13 @@ def busiest_links(schedule: Schedule, topology: Topology, size: int, top: int = 
     )
 
 
-def explain(schedule: Schedule, topology: Topology, size: int = 2**30, top: int = 5) -> Explanation:
-    """Summarize ``schedule`` on ``topology`` at ``size`` bytes (see the module docstring)."""
+def explain(schedule: Schedule, topology: Topology, size: int = 2**30, top: int = 5,
+            options: PlanOptions | None = None) -> Explanation:
+    """Summarize ``schedule`` on ``topology`` at ``size`` bytes (see the module docstring), with the flow
+    model's time under the plan every command uses (``options`` overrides it as in ``synth evaluate``);
+    the critical path streams chunks in that plan's slices."""
     level = levels(schedule)
+    result = evaluate_sizes(schedule, topology, [size], options=options)[0]
     return Explanation(
         algorithm=schedule.algorithm,
         collective=schedule.kind.value,
@@ -318,7 +338,9 @@ def explain(schedule: Schedule, topology: Topology, size: int = 2**30, top: int 
         steps=steps(schedule, level),
         trees=trees(schedule, level),
         busiest_links=busiest_links(schedule, topology, size, top),
-        critical_path=critical_path(schedule, topology, size, level),
+        critical_path=critical_path(schedule, topology, size, level, result.plan.slices),
         congestion_time_s=congestion(schedule, topology).time(size),
         params=dict(schedule.params),
+        time_s=result.time_s,
+        plan=result.plan,
     )

@@ -153,6 +153,10 @@ class Plan:
         return (f"{self.protocol.value}, {self.slices} slice{'s' if self.slices != 1 else ''} of "
                 f"{_bytes(self.slice_bytes)} per chunk, {self.window} in flight")
 
+    def short(self) -> str:
+        """A compact form for table columns, e.g. ``Simple 128x512KiB w8``."""
+        return f"{self.protocol.value} {self.slices}x{_bytes(self.slice_bytes).replace(' ', '')} w{self.window}"
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready fields (the ``plan`` object of ``--json`` outputs)."""
         return {"protocol": self.protocol.value, "slice_bytes": self.slice_bytes, "slices": self.slices,

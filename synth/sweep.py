@@ -22,6 +22,8 @@ Spec format
                                  # only with the algorithms that support it.
     sizes: [1MiB, 64MiB, 1GiB]   # or a geometric range {from: 1KiB, to: 1GiB, times: 4}
     model: flow                  # optional evaluator model (default flow)
+    plan: {protocol: auto}       # optional execution-plan overrides: protocol (auto, LL, LL128, Simple,
+                                 # ideal), slice_bytes, slices, window (default: the rule of synth.plan)
     options:                     # optional per-algorithm options, passed to the algorithm as is
       ring: {chunks: 8}
 
@@ -31,12 +33,15 @@ error naming the spec file and the field.
 Results
 -------
 One row per (point, size), with the columns ``point_id`` (a stable hash of the topology builder, its
-parameters, the collective, the algorithm, its options and the model), ``topology``, one column per grid
-parameter, ``num_ranks``, ``collective``, ``algorithm``, ``model``, ``size`` (bytes), ``status`` (``ok``,
-``not-applicable`` or ``error``), ``bound_algbw_GBps`` (the best known bandwidth bound, empty when none),
-``time_s``, ``algbw_GBps``, ``busbw_GBps``, ``percent_of_bound``, ``congestion_time_s``, ``synthesis_s``
-(wall time of the synthesis alone, the only column that varies between runs) and ``error`` (the reason when
-the status is not ``ok``). Rows are in grid order, then size order.
+parameters, the collective, the algorithm, its options, the model, the plan overrides and the evaluator's
+version), ``topology``, one column per grid parameter, ``num_ranks``, ``collective``, ``algorithm``,
+``model``, ``size`` (bytes), ``status`` (``ok``, ``not-applicable`` or ``error``), ``bound_algbw_GBps``
+(the largest algbw the topology's lower bound on time allows at that size, empty when none),
+``time_s``, ``algbw_GBps``, ``busbw_GBps``, ``percent_of_bound`` (bound time over time), the plan the
+time was computed with (``protocol``, ``slices`` per chunk, ``slice_bytes``, ``window``),
+``congestion_time_s``, ``synthesis_s`` (wall time of the synthesis alone, the only column that varies
+between runs) and ``error`` (the reason when the status is not ``ok``). Rows are in grid order, then size
+order. The times are the ones ``synth evaluate`` prints for the same schedule, size, model and plan.
 
 Running
 -------
@@ -75,12 +80,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from synth.errors import InputError, LimitError, NotApplicable, SynthError
 from synth.topology import Topology
+
+if TYPE_CHECKING:
+    from synth.bounds import TimeBound
 
 #: Largest number of points a spec may expand to.
 MAX_POINTS = 1_000_000
@@ -94,11 +102,13 @@ ERROR = "error"
 #: Result columns before the grid parameters, then after them, in file order.
 LEADING_COLUMNS = ("point_id", "topology")
 TRAILING_COLUMNS = ("num_ranks", "collective", "algorithm", "model", "size", "status", "bound_algbw_GBps",
-                    "time_s", "algbw_GBps", "busbw_GBps", "percent_of_bound", "congestion_time_s",
-                    "synthesis_s", "error")
+                    "time_s", "algbw_GBps", "busbw_GBps", "percent_of_bound", "protocol", "slices",
+                    "slice_bytes", "window", "congestion_time_s", "synthesis_s", "error")
 RESERVED_COLUMNS = frozenset(LEADING_COLUMNS + TRAILING_COLUMNS)
-_INT_COLUMNS = ("num_ranks", "size")
-_FLOAT_COLUMNS = ("bound_algbw_GBps", "time_s", "algbw_GBps", "busbw_GBps", "percent_of_bound",
+#: Changes whenever the evaluator's times change, so results of an older evaluator are never resumed.
+EVALUATOR_VERSION = 2
+_INT_COLUMNS = ("num_ranks", "size", "slices", "window")
+_FLOAT_COLUMNS = ("bound_algbw_GBps", "time_s", "algbw_GBps", "busbw_GBps", "percent_of_bound", "slice_bytes",
                   "congestion_time_s", "synthesis_s")
 
 Row = dict[str, Any]
@@ -115,6 +125,7 @@ class _SpecModel(BaseModel):
     sizes: Any
     model: str = "flow"
     options: dict[str, dict[str, Any]] = {}
+    plan: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,7 @@ class Point:
     algorithm: str
     model: str
     options: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,7 @@ Finished = tuple[Point, tuple[int, ...], list[Row]]
 
 
 def point_id(topology: str, params: dict[str, Any], collective: str, algorithm: str, options: dict[str, Any],
-             model: str) -> str:
+             model: str, plan: dict[str, Any] | None = None) -> str:
     """The stable id of a point: 16 hex digits of a SHA-256 of its canonical JSON description.
 
     Examples
@@ -164,7 +176,8 @@ def point_id(topology: str, params: dict[str, Any], collective: str, algorithm: 
     True
     """
     canonical = json.dumps({"topology": topology, "params": params, "collective": collective,
-                            "algorithm": algorithm, "options": options, "model": model},
+                            "algorithm": algorithm, "options": options, "model": model, "plan": plan or {},
+                            "evaluator": EVALUATOR_VERSION},
                            sort_keys=True, separators=(",", ":"), default=list)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
@@ -193,7 +206,7 @@ def parse_spec(data: Any, source: str = "") -> Sweep:
         first = next((e for e in problems if e["type"] == "extra_forbidden"), problems[0])
         loc = ".".join(str(part) for part in first["loc"])
         message = {"extra_forbidden": "unknown field (expected name, topology, grid, collectives, algorithms, "
-                                      "sizes, model, options)",
+                                      "sizes, model, plan, options)",
                    "missing": "missing required field"}.get(first["type"], first["msg"])
         raise InputError(source, loc, message) from None
 
@@ -251,6 +264,7 @@ def parse_spec(data: Any, source: str = "") -> Sweep:
     sizes = _sizes(spec.sizes, source, parse_size)
     model = spec.model
     _check_model(model, source)
+    plan = _plan_fields(spec.plan, source, parse_size)
 
     total = math.prod(len(values) for values in axes.values()) * len(pairs)
     if total > MAX_POINTS:
@@ -261,9 +275,35 @@ def parse_spec(data: Any, source: str = "") -> Sweep:
         params = dict(zip(names, combination, strict=True))
         for kind, algorithm in pairs:
             options = dict(spec.options.get(algorithm, {}))
-            pid = point_id(builder, params, kind, algorithm, options, model)
-            points.append(Point(len(points), pid, builder, params, kind, algorithm, model, options))
+            pid = point_id(builder, params, kind, algorithm, options, model, plan)
+            points.append(Point(len(points), pid, builder, params, kind, algorithm, model, options, plan))
     return Sweep(spec.name, builder, tuple(names), tuple(points), tuple(sizes), model, source)
+
+
+def _plan_fields(raw: dict[str, Any], source: str, parse_size: Callable[[Any, str], int]) -> dict[str, Any]:
+    """The spec's ``plan`` overrides, validated (protocol names, sizes with units, whole numbers)."""
+    from synth.plan import MAX_SLICES, MAX_WINDOW, parse_protocol
+
+    fields: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"plan.{key}"
+        if key == "protocol":
+            protocol = parse_protocol(str(value), where)
+            if protocol is not None:
+                fields["protocol"] = protocol.value
+        elif key == "slice_bytes":
+            try:
+                fields["slice_bytes"] = parse_size(value, where)
+            except InputError as error:
+                raise InputError(source, where, error.problem) from None
+        elif key in ("slices", "window"):
+            upper = MAX_SLICES if key == "slices" else MAX_WINDOW
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper:
+                raise InputError(source, where, f"expected a whole number in 1..{upper}, got {value!r}")
+            fields[key] = value
+        else:
+            raise InputError(source, where, "unknown plan field; expected protocol, slice_bytes, slices or window")
+    return fields
 
 
 def _check_model(model: str, source: str) -> None:
@@ -393,11 +433,11 @@ def _build_topology(builder: str, params_json: str) -> Topology:
 
 
 @lru_cache(maxsize=256)
-def _bound(topology: Topology, collective: str) -> float | None:
+def _bound(topology: Topology, collective: str) -> TimeBound | None:
     from synth.collectives import parse_kind
-    from synth.compare import bandwidth_bound
+    from synth.compare import lower_bound
 
-    return bandwidth_bound(topology, parse_kind(collective))
+    return lower_bound(topology, parse_kind(collective))
 
 
 def _column_value(value: Any) -> Any:
@@ -423,13 +463,15 @@ def _base_row(point: Point) -> dict[str, Any]:
 
 
 def failed_rows(point: Point, sizes: Sequence[int], status: str, message: str,
-                num_ranks: int | None = None, bound: float | None = None) -> list[Row]:
+                num_ranks: int | None = None, bound: TimeBound | None = None) -> list[Row]:
     """The rows of a point that produced no schedule: one per size, with the status and the reason."""
     rows = []
     for size in sizes:
         row = _base_row(point)
-        row.update({"num_ranks": num_ranks, "size": int(size), "status": status, "bound_algbw_GBps": bound,
+        row.update({"num_ranks": num_ranks, "size": int(size), "status": status,
+                    "bound_algbw_GBps": bound.algbw_GBps(int(size)) if bound else None,
                     "time_s": None, "algbw_GBps": None, "busbw_GBps": None, "percent_of_bound": None,
+                    "protocol": None, "slices": None, "slice_bytes": None, "window": None,
                     "congestion_time_s": None, "synthesis_s": None, "error": message})
         rows.append(row)
     return rows
@@ -443,7 +485,7 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
     gives the same rows (but ``synthesis_s``) wherever and however often it runs.
     """
     from synth.algorithms import synthesize
-    from synth.evaluate import congestion, evaluate
+    from synth.evaluate import PlanOptions, evaluate_sizes
     from synth.verify import verify
 
     try:
@@ -459,8 +501,8 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
         schedule = synthesize(topology, point.collective, point.algorithm, **point.options)
         synthesis_s = time.perf_counter() - started
         verify(schedule, topology)
-        report = congestion(schedule, topology)
-        evaluations = [evaluate(schedule, topology, int(size), model=point.model) for size in sizes]
+        evaluations = evaluate_sizes(schedule, topology, [int(size) for size in sizes], model=point.model,
+                                     options=PlanOptions(**point.plan))
     except NotApplicable as reason:
         return failed_rows(point, sizes, NOT_APPLICABLE, _error_text(reason), topology.num_ranks, bound)
     except Exception as error:  # recorded in the results; the sweep goes on
@@ -468,11 +510,12 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
     rows = []
     for result in evaluations:
         row = _base_row(point)
-        percent = 100.0 * result.algbw_GBps / bound if bound else None
+        percent = 100.0 * bound.time(result.size) / result.time_s if bound and result.time_s > 0 else None
         row.update({"num_ranks": topology.num_ranks, "size": result.size, "status": OK,
-                    "bound_algbw_GBps": bound, "time_s": result.time_s, "algbw_GBps": result.algbw_GBps,
-                    "busbw_GBps": result.busbw_GBps, "percent_of_bound": percent,
-                    "congestion_time_s": float(report.time(result.size)), "synthesis_s": synthesis_s,
+                    "bound_algbw_GBps": bound.algbw_GBps(result.size) if bound else None,
+                    "time_s": result.time_s, "algbw_GBps": result.algbw_GBps,
+                    "busbw_GBps": result.busbw_GBps, "percent_of_bound": percent, **result.plan.to_dict(),
+                    "congestion_time_s": result.congestion_time_s, "synthesis_s": synthesis_s,
                     "error": None})
         rows.append(row)
     return rows

@@ -60,9 +60,11 @@ from typing import Any
 
 from synth.algorithms import REGISTRY, available
 from synth.collectives import Kind, parse_kind
-from synth.compare import SLOW_ALGORITHMS, Skipped, bandwidth_bound, run_all
+from synth.compare import SLOW_ALGORITHMS, Skipped, lower_bound, run_all
 from synth.errors import InputError
+from synth.evaluate import PlanOptions
 from synth.fileio import atomic_write_bytes, atomic_write_text
+from synth.plan import Plan
 from synth.topology import Topology
 
 FORMAT = "synth.tune/1"
@@ -99,10 +101,12 @@ class SizeResult:
     runner_up: str | None
     runner_up_time_s: float | None
     percent_of_bound: float | None
+    plan: Plan | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON row."""
-        return dataclasses.asdict(self)
+        """The documented JSON row (the winner's plan as ``protocol``, ``slices``, ``slice_bytes``, ``window``)."""
+        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "plan"}
+        return {**row, **(self.plan.to_dict() if self.plan else {})}
 
 
 @dataclass(frozen=True)
@@ -120,20 +124,23 @@ class TuneResult:
     algbw_GBps: Mapping[str, tuple[float, ...]]
     per_size: tuple[SizeResult, ...]
     skipped: tuple[Skipped, ...]
+    plans: Mapping[str, tuple[Plan, ...]] = field(default_factory=dict)
+    bound_label: str = "bound"
 
     def ranges(self) -> list[dict[str, Any]]:
         """Size ranges -> winning candidate (see the module docstring for the fields)."""
         by_label = {c.label: c for c in self.candidates}
         result: list[dict[str, Any]] = []
         for index, row in enumerate(self.per_size):
-            if result and result[-1]["candidate"] == row.winner:
+            protocol = row.plan.protocol.value if row.plan else None
+            if result and result[-1]["candidate"] == row.winner and result[-1]["protocol"] == protocol:
                 continue
             low = 0 if index == 0 else boundary(self.per_size[index - 1].size, row.size)
             if result:
                 result[-1]["max_bytes"] = low
             chosen = by_label[row.winner]
             result.append({"min_bytes": low, "max_bytes": None, "algorithm": chosen.algorithm,
-                           "options": _plain(chosen.options), "candidate": row.winner})
+                           "options": _plain(chosen.options), "candidate": row.winner, "protocol": protocol})
         return result
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,11 +152,13 @@ class TuneResult:
             "ranks": self.num_ranks,
             "model": self.model,
             "bound_algbw_GBps": self.bound_algbw_GBps,
+            "bound_label": self.bound_label,
             "ranges": self.ranges(),
             "sizes": [row.to_dict() for row in self.per_size],
             "candidates": {c.label: {"algorithm": c.algorithm, "options": _plain(c.options),
                                      "time_s": list(self.times_s[c.label]),
-                                     "algbw_GBps": list(self.algbw_GBps[c.label])}
+                                     "algbw_GBps": list(self.algbw_GBps[c.label]),
+                                     "protocol": [p.protocol.value for p in self.plans.get(c.label, ())]}
                            for c in self.candidates if c.label in self.times_s},
             "skipped": [{"candidate": s.algorithm, "reason": s.reason} for s in self.skipped],
         }
@@ -239,7 +248,7 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
          algorithms: Iterable[str] | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
          variants: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, time_limit_s: float | None = None,
          model: str = "flow", include_slow: bool = True,
-         progress: Callable[[str], None] | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, plan: PlanOptions | None = None) -> TuneResult:
     """Evaluate every applicable candidate at every size and rank them (see the module docstring).
 
     Parameters
@@ -262,6 +271,9 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
         Include slow solvers (``milp``) when no algorithm list is given.
     progress : callable, optional
         Called with a short description before each candidate runs.
+    plan : PlanOptions, optional
+        Overrides of the execution plan, the same for every candidate (default: the rule of
+        :mod:`synth.plan`, protocol auto).
     """
     kind = collective if isinstance(collective, Kind) else parse_kind(collective)
     size_list = sorted(set(DEFAULT_SIZES if sizes is None else sizes))
@@ -273,6 +285,7 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
     chosen = candidates(kind, algorithms, options, variants, time_limit_s, include_slow)
     times: dict[str, tuple[float, ...]] = {}
     algbw: dict[str, tuple[float, ...]] = {}
+    plans: dict[str, tuple[Plan, ...]] = {}
     skipped: list[Skipped] = []
     for name in algorithms or ():
         if kind not in REGISTRY[name].collectives:
@@ -283,16 +296,17 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
             progress(candidate.label)
         rows, missed, _ = run_all(topology, [kind], size_list, algorithms=[candidate.algorithm],
                                   options={candidate.algorithm: dict(candidate.options)}, model=model,
-                                  keep_going=True)
+                                  keep_going=True, plan=plan)
         skipped.extend(Skipped(candidate.label, s.collective, s.reason) for s in missed)
         if rows:
             rows.sort(key=lambda row: row.size)
             times[candidate.label] = tuple(row.time_s for row in rows)
             algbw[candidate.label] = tuple(row.algbw_GBps for row in rows)
+            plans[candidate.label] = tuple(row.plan for row in rows)
     if not times:
         reasons = "; ".join(f"{s.algorithm}: {s.reason}" for s in skipped) or "no algorithm does it"
         raise InputError("", "collective", f"no algorithm applies to {kind} on {topology.name}: {reasons}")
-    bound = bandwidth_bound(topology, kind)
+    bound = lower_bound(topology, kind)
     order = [c.label for c in chosen if c.label in times]
     per_size = []
     for index, size in enumerate(size_list):
@@ -303,9 +317,11 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
         per_size.append(SizeResult(
             size, winner, times[winner][index], best_algbw, runner,
             times[runner][index] if runner else None,
-            100.0 * best_algbw / bound if bound else None))
-    return TuneResult(topology.name, kind, topology.num_ranks, model, tuple(size_list), bound,
-                      tuple(c for c in chosen if c.label in times), times, algbw, tuple(per_size), tuple(skipped))
+            100.0 * bound.time(size) / times[winner][index] if bound else None, plans[winner][index]))
+    return TuneResult(topology.name, kind, topology.num_ranks, model, tuple(size_list),
+                      bound.bandwidth_algbw_GBps() if bound else None,
+                      tuple(c for c in chosen if c.label in times), times, algbw, tuple(per_size), tuple(skipped),
+                      plans, bound.label if bound else "bound")
 
 
 def write_table(result: TuneResult, path: str | Path) -> None:
@@ -331,7 +347,7 @@ def plot(result: TuneResult, path: str | Path) -> None:
                   markersize=4, linewidth=1.2, label=candidate.label)
     if result.bound_algbw_GBps:
         axes.axhline(result.bound_algbw_GBps, color="black", linestyle="--", linewidth=1,
-                     label=f"bound {result.bound_algbw_GBps:.1f} GB/s")
+                     label=f"{result.bound_label} {result.bound_algbw_GBps:.1f} GB/s (large sizes)")
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xlabel("message size (bytes)")

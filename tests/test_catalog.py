@@ -39,7 +39,9 @@ def test_catalog_schedule_verifies_and_matches_its_figures(entry):
     assert schedule.kind.value == entry["collective"]
     assert len(schedule.transfers) == entry["transfers"]
     assert (SCHEDULES / entry["file"]).stat().st_size <= catalog.MAX_JSON_BYTES
-    algbw = evaluate(schedule, topology, CATALOG_SIZE, pipeline=entry["pipeline"]).algbw_GBps
+    result = evaluate(schedule, topology, CATALOG_SIZE)
+    algbw = result.algbw_GBps
+    assert result.plan.to_dict() == entry["plan"]
     assert algbw == pytest.approx(entry["algbw_GBps"], rel=1e-9)
     readme = (SCHEDULES / "README.md").read_text()
     assert f"| {entry['algorithm']} | {algbw:.2f} |" in readme
@@ -73,7 +75,8 @@ def test_build_catalog_small_is_deterministic_and_checks(tmp_path):
         schedule = Schedule.from_file(first / e.file)
         topo = load_topology(e.topology)
         verify(schedule, topo)
-        assert evaluate(schedule, topo, CATALOG_SIZE, pipeline=e.pipeline).algbw_GBps == e.algbw_GBps
+        result = evaluate(schedule, topo, CATALOG_SIZE)
+        assert result.algbw_GBps == e.algbw_GBps and result.plan.to_dict() == e.plan
     assert check_catalog(first) == []
     second = tmp_path / "two"
     build_catalog(second, ["ring:n=4", "switch:n=4"], [Kind.ALLGATHER, Kind.BROADCAST], out_label=str(first))

@@ -139,11 +139,18 @@ def test_generate_verify_evaluate(cli, tmp_path, spec, kind, algorithm, extra):
     assert "64MiB" in table and "busiest links" in table
 
 
-def test_evaluate_pipeline_option(cli, tmp_path):
+def test_evaluate_plan_options(cli, tmp_path):
     out = tmp_path / "b.json"
     ok(cli("generate", "switch:n=8", "-c", "broadcast", "-a", "binomial", "-o", str(out)))
-    one, four = (as_json(cli("evaluate", str(out), "-s", "1GiB", "-p", p, "--json"))[0] for p in ("1", "4"))
-    assert four["pipeline"] == 4 and four["time_s"] < one["time_s"]
+    one, four = (as_json(cli("evaluate", str(out), "-s", "1GiB", "--protocol", "ideal", "--slices", p, "--json"))[0]
+                 for p in ("1", "4"))
+    assert (one["slices"], four["slices"]) == (1, 4) and four["time_s"] < one["time_s"]
+    assert one["protocol"] == four["protocol"] == "ideal"
+    auto = as_json(cli("evaluate", str(out), "-s", "1KiB", "-s", "1GiB", "--json"))
+    assert [r["protocol"] for r in auto] == ["LL", "Simple"]
+    assert auto[1]["slices"] == 2**30 // 512 // 1024 and auto[1]["window"] == 8
+    table = ok(cli("evaluate", str(out), "-s", "1GiB", "--slice-bytes", "1MiB", "--window", "4")).out
+    assert "1024 slices of 1 MiB per chunk, 4 in flight" in table
 
 
 def test_generate_algorithm_options(cli, tmp_path):
@@ -214,7 +221,10 @@ def test_bad_sizes_and_models(cli, tmp_path):
     assert_refused(cli("evaluate", str(out), "-s", "1XB"), "--size", "expected a size")
     assert_refused(cli("evaluate", str(out), "-s", "0"), "--size", "positive")
     assert_refused(cli("evaluate", str(out), "-m", "warp"), "model", "unknown evaluator model 'warp'")
-    assert_refused(cli("evaluate", str(out), "-p", "0"), "pipeline", "at least 1")
+    assert_refused(cli("evaluate", str(out), "--slices", "0"), "--slices", "1..")
+    assert_refused(cli("evaluate", str(out), "--window", "0"), "--window", "1..")
+    assert_refused(cli("evaluate", str(out), "--protocol", "fast"), "--protocol", "unknown protocol 'fast'")
+    assert_refused(cli("evaluate", str(out), "--slice-bytes", "0"), "--slice-bytes", "positive")
 
 
 def test_verify_on_the_wrong_topology_names_the_file(cli, tmp_path):
@@ -261,7 +271,8 @@ def test_paths_relative_to_the_working_folder(cli, tmp_path):
         "name": "pair", "nodes": [{"id": "a", "type": "gpu"}, {"id": "b", "type": "gpu"}],
         "links": [{"src": "a", "dst": "b", "bandwidth": 10}]}))
     ok(cli("generate", "pair.json", "-c", "allreduce", "-o", "out.json"))
-    records = as_json(cli("evaluate", "out.json", "--topology", "pair.json", "-s", "1GB", "--json"))
+    records = as_json(cli("evaluate", "out.json", "--topology", "pair.json", "-s", "1GB", "--protocol", "ideal",
+                          "--slices", "1", "--json"))
     # two ranks, one link each way at 10 GB/s: reduce-scatter then allgather of half the data each
     assert records[0]["time_s"] == pytest.approx(2 * 0.5e9 / 10e9, rel=1e-9)
     assert Path("out.json").is_file()

@@ -23,9 +23,10 @@ from synth.collectives import Collective, Kind
 from synth.compare import Row, best_rows, planned, run_all
 from synth.draw import bottleneck_cut, draw_topology, layout, link_load, plot_compare, render, save_figure
 from synth.errors import InputError, NotApplicable, VerificationError
-from synth.evaluate import GIGA, congestion
+from synth.evaluate import GIGA, PlanOptions, congestion
 from synth.explain import compress, critical_path, explain, levels, trees
 from synth.library import load_topology
+from synth.plan import make_plan
 from synth.schedule import Schedule, ScheduleBuilder, Transfer
 from synth.topology import Topology
 from synth.verify import verify
@@ -66,7 +67,7 @@ def test_explain_ring_allreduce_steps_and_critical_path():
     schedule = synthesize(topo, "allreduce", "ring")
     verify(schedule, topo)
     size = 6 * 2**20
-    summary = explain(schedule, topo, size=size)
+    summary = explain(schedule, topo, size=size, options=PlanOptions(protocol="ideal", slices=1))
     # 2(n-1) steps of n transfers each: reduce-scatter phase then allgather phase
     assert [s.transfers for s in summary.steps] == [6] * 10
     assert all(s.reduces == 6 for s in summary.steps[:5]) and all(s.copies == 6 for s in summary.steps[5:])
@@ -277,12 +278,14 @@ def test_draw_trees_one_panel_per_route(tmp_path):
 
 
 def test_plot_compare_has_a_line_per_algorithm_and_the_bound(tmp_path):
-    rows = [Row(a, "allgather", s, 1.0, bw * s / 2**30, 1.0, 1.0, 0.01, 80.0)
+    plan = make_plan(1, 2**20, "Simple")
+    rows = [Row(a, "allgather", s, s / (bw * 1e9), bw, 1.0, 1.0, 0.01, plan, s / 80e9, "optimum")
             for a, bw in (("ring", 40.0), ("direct", 60.0)) for s in (2**20, 2**25, 2**30)]
     figure = plot_compare(rows, title="t")
     (ax,) = figure.axes
     labels = [line.get_label() for line in ax.get_lines()]
-    assert labels == ["direct", "ring", "bound 80 GB/s"]
+    assert labels == ["direct", "ring", "optimum (links only)"]
+    assert list(ax.get_lines()[-1].get_ydata()) == pytest.approx([80.0] * 3)
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax.get_lines()[-1].get_linestyle() == "--"
     save_figure(figure, tmp_path / "plot.svg")
@@ -317,8 +320,9 @@ def test_planned_leaves_out_slow_solvers_unless_named():
 
 
 def test_best_rows_one_per_collective_and_size():
-    rows = [Row("a", "allgather", 1, 1.0, 10.0, 1.0, 1.0, 0.0), Row("b", "allgather", 1, 1.0, 20.0, 1.0, 1.0, 0.0),
-            Row("a", "allgather", 2, 1.0, 30.0, 1.0, 1.0, 0.0), Row("b", "allgather", 2, 1.0, 30.0, 1.0, 1.0, 0.0)]
+    plan = make_plan(1, 1, "ideal")
+    rows = [Row("a", "allgather", 1, 1.0, 10.0, 1.0, 1.0, 0.0, plan), Row("b", "allgather", 1, 1.0, 20.0, 1.0, 1.0, 0.0, plan),
+            Row("a", "allgather", 2, 1.0, 30.0, 1.0, 1.0, 0.0, plan), Row("b", "allgather", 2, 1.0, 30.0, 1.0, 1.0, 0.0, plan)]
     assert best_rows(rows) == {("allgather", 1, "b"), ("allgather", 2, "a")}
 
 

@@ -18,6 +18,9 @@ from synth.library import SHIPPED_FILES, load_topology
 from synth.topology import Topology
 from synth.verify import verify
 
+#: The plain chunk-level α-β model of the closed forms: no protocol costs, every chunk one message.
+IDEAL = {"protocol": "ideal", "slices": 1}
+
 GIGA = 1e9
 
 
@@ -77,7 +80,7 @@ def test_binomial_closed_form(n):
     levels = n.bit_length() - 1
     for size in (4096, 2**30):
         expected = 2 * levels * (1e-6 + size / (50.0 * GIGA))
-        assert relative(evaluate(schedule, topo, size).time_s, expected) < 1e-9
+        assert relative(evaluate(schedule, topo, size, **IDEAL).time_s, expected) < 1e-9
 
 
 def test_double_tree_bandwidth_term_is_exact_and_pipelining_approaches_it():
@@ -95,7 +98,7 @@ def test_double_tree_bandwidth_term_is_exact_and_pipelining_approaches_it():
         verify(schedule, topo)
         assert congestion(schedule, topo).seconds_per_byte == 2 * beta
         per_tree = chunks // 2
-        time = evaluate(schedule, topo, size).time_s
+        time = evaluate(schedule, topo, size, **IDEAL).time_s
         bandwidth_term = float(2 * size * beta)
         assert bandwidth_term * (1 - 1e-9) <= time <= bandwidth_term * (1 + 2 * 3 / per_tree)
         if previous is not None:
@@ -109,9 +112,9 @@ def test_double_tree_latency_grows_with_log_p():
     times = []
     for n in (4, 16):
         topo = load_topology(f"switch:n={n}")
-        times.append(evaluate(synthesize(topo, Kind.ALLREDUCE, "tree", chunks=2), topo, 64).time_s)
+        times.append(evaluate(synthesize(topo, Kind.ALLREDUCE, "tree", chunks=2), topo, 64, **IDEAL).time_s)
     ring_16 = evaluate(synthesize(load_topology("switch:n=16"), Kind.ALLREDUCE, "ring"),
-                       load_topology("switch:n=16"), 64).time_s
+                       load_topology("switch:n=16"), 64, **IDEAL).time_s
     assert times[0] < times[1]  # deeper trees take longer
     assert times[1] < ring_16  # log depth beats the ring's 2(p-1) steps at tiny sizes
 

@@ -37,11 +37,11 @@ def test_ranking_and_ranges():
     ranges = result.ranges()
     assert ranges[0]["min_bytes"] == 0 and ranges[-1]["max_bytes"] is None
     for a, b in zip(ranges, ranges[1:], strict=False):
-        assert a["max_bytes"] == b["min_bytes"] and a["candidate"] != b["candidate"]
+        assert a["max_bytes"] == b["min_bytes"] and (a["candidate"], a["protocol"]) != (b["candidate"], b["protocol"])
     # every measured size falls in the range of its winner
     for row in result.per_size:
         (hit,) = [r for r in ranges if r["min_bytes"] <= row.size and (r["max_bytes"] is None or row.size < r["max_bytes"])]
-        assert hit["candidate"] == row.winner
+        assert hit["candidate"] == row.winner and hit["protocol"] == row.plan.protocol.value
 
 
 def test_small_messages_go_to_log_depth_and_large_to_bandwidth_optimal():

@@ -9,11 +9,16 @@ import typer
 from synth.algorithms import synthesize
 from synth.cli.common import (
     JSON_OPTION,
+    PROTOCOL_OPTION,
+    SLICE_BYTES_OPTION,
+    SLICES_OPTION,
     TOPOLOGY_HELP,
+    WINDOW_OPTION,
     console,
     fmt_time,
     load_schedule,
     parse_options,
+    plan_options,
     print_json,
     schedule_topology,
     sizes_argument,
@@ -22,7 +27,7 @@ from synth.cli.common import (
     verify_file,
 )
 from synth.collectives import parse_kind
-from synth.evaluate import congestion, evaluate
+from synth.evaluate import congestion
 from synth.fileio import atomic_write_text
 from synth.library import LIBRARY, format_value, shipped_files
 from synth.units import format_size
@@ -120,26 +125,32 @@ def verify_command(
 
 
 def evaluate_command(
-    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable)")] = None,
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="flow (max-min fair α-β) or astra (ASTRA-sim analytical)")] = "flow",
-    pipeline: Annotated[int, typer.Option("--pipeline", "-p", help="split each chunk into P pieces (flow model)")] = 1,
+    protocol: Annotated[str | None, PROTOCOL_OPTION] = None,
+    slice_bytes: Annotated[str | None, SLICE_BYTES_OPTION] = None,
+    slices: Annotated[int | None, SLICES_OPTION] = None,
+    window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Evaluate a schedule: time, algbw, busbw and the congestion bound per message size."""
+    """Evaluate a schedule: time, algbw, busbw, the congestion bound and the plan it ran under, per size."""
+    from synth.evaluate import evaluate_sizes
+
+    options = plan_options(protocol, slice_bytes, slices, window)
     schedule = load_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])
-    results = [evaluate(schedule, topo, s, model=model, pipeline=pipeline) for s in sizes]
+    results = evaluate_sizes(schedule, topo, sizes, model=model, options=options)
     if as_json:
         print_json([r.to_dict() for r in results])
         return
     report = congestion(schedule, topo)
     rows = [[format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}",
-             fmt_time(r.congestion_time_s)] for r in results]
+             fmt_time(r.congestion_time_s), r.plan.describe()] for r in results]
     console.print(table(f"{schedule.algorithm} {schedule.kind} on {topo.name} ({model} model)",
-                        ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound"], rows, {1, 2, 3, 4}))
+                        ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound", "plan"], rows, {1, 2, 3, 4}))
     busiest = ", ".join(f"{u}->{v}" for u, v, _ in report.busiest_links[:3])
     console.print(f"busiest links: {busiest}")

@@ -169,3 +169,27 @@ def progress_bar(total: int | None, description: str) -> Any:
             yield progress, progress.add_task(description, total=total)
 
     return run()
+
+
+# ------------------------------------------------------------------------------- execution plan
+PROTOCOL_OPTION = typer.Option(
+    "--protocol", help="wire protocol: auto (fastest of LL, LL128, Simple, as NCCL's tuner picks), LL, LL128, "
+                       "Simple, or ideal (plain α-β: full bandwidth, no protocol latency)")
+SLICE_BYTES_OPTION = typer.Option("--slice-bytes", help="bytes per slice (default: the protocol's step size, "
+                                                        "512KiB for Simple)")
+SLICES_OPTION = typer.Option("--slices", help="slices per chunk (default: chunk bytes / slice bytes, rounded up)")
+WINDOW_OPTION = typer.Option("--window", help="slices in flight per transfer (default 8, NCCL_STEPS)")
+
+
+def plan_options(protocol: str | None, slice_bytes: str | None, slices: int | None, window: int | None) -> Any:
+    """The :class:`~synth.evaluate.PlanOptions` the plan flags ask for (None: the documented rule)."""
+    from synth.evaluate import PlanOptions
+    from synth.plan import MAX_SLICES, MAX_WINDOW, parse_protocol
+
+    if protocol is not None:
+        parse_protocol(protocol, "--protocol")
+    size = parse_size(slice_bytes, "--slice-bytes") if slice_bytes is not None else None
+    for name, value, upper in (("--slices", slices, MAX_SLICES), ("--window", window, MAX_WINDOW)):
+        if value is not None and not 1 <= value <= upper:
+            raise InputError("", name, f"expected a whole number in 1..{upper}, got {value}")
+    return PlanOptions(protocol, size, slices, window)

@@ -47,10 +47,12 @@ def demo(
         percent = r.percent_of_bound
         body.append([r.algorithm, r.collective, format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}",
                      f"{r.busbw_GBps:.2f}", fmt_time(r.congestion_time_s),
-                     "-" if percent is None else f"{percent:.1f}%"])
+                     "-" if percent is None else f"{percent:.1f}%", r.plan.short()])
     console.print(table(f"synth demo: {topo.name} ({topo.num_ranks} gpus, {len(topo.switches)} switches), "
                         "every schedule verified, flow model",
                         ["algorithm", "collective", "size", "time", "algbw GB/s", "busbw GB/s",
-                         "congestion bound", "% of bound"], body, {2, 3, 4, 5, 6, 7}))
+                         "congestion bound", "% of bound", "plan"], body, {2, 3, 4, 5, 6, 7}))
+    console.print("[dim]% of bound: the topology's lower bound on time at that size (links only) over the time; "
+                  "plan: protocol, slices per chunk x slice size, slices in flight (`synth evaluate --help`)[/dim]")
     for s in skipped:
         console.print(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")

@@ -11,10 +11,14 @@ import typer
 
 from synth.cli.common import (
     JSON_OPTION,
+    PROTOCOL_OPTION,
     QUIET_OPTION,
+    SLICE_BYTES_OPTION,
+    SLICES_OPTION,
     TOPOLOGY_HELP,
     VERBOSE_OPTION,
     VERBOSITY,
+    WINDOW_OPTION,
     command_verbosity,
     console,
     detail,
@@ -22,6 +26,7 @@ from synth.cli.common import (
     fmt_time,
     load_schedule,
     note,
+    plan_options,
     print_json,
     progress_bar,
     schedule_topology,
@@ -65,16 +70,22 @@ def compare(
                               "solver runs (milp)")] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="evaluator model: flow or astra")] = "flow",
     plot: Annotated[str | None, typer.Option("--plot", help="also draw algbw against size to this .png/.svg")] = None,
+    protocol: Annotated[str | None, PROTOCOL_OPTION] = None,
+    slice_bytes: Annotated[str | None, SLICE_BYTES_OPTION] = None,
+    slices: Annotated[int | None, SLICES_OPTION] = None,
+    window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
 ) -> None:
     """Run every applicable algorithm, verify each schedule, and print one table: time, algbw, busbw,
-    % of the bandwidth bound and synthesis time, the best per (collective, size) starred."""
+    % of the topology's lower bound on time, the plan and synthesis time, the best per (collective,
+    size) starred."""
     from synth.algorithms import REGISTRY
     from synth.compare import bandwidth_bound, best_rows, planned, run_all
 
     command_verbosity(quiet, verbose)
+    plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
     kinds = [parse_kind(c, field="--collective") for c in (collective or DEFAULT_KINDS)]
     kinds = list(dict.fromkeys(kinds))
@@ -93,7 +104,7 @@ def compare(
             detail(f"running {what}")
 
         rows, skipped, _ = run_all(topo, kinds, sizes, algorithm, model=model, progress=step, include_slow=False,
-                                   keep_going=True)
+                                   keep_going=True, plan=plan_choice)
     best = best_rows(rows)
     if as_json:
         print_json({"topology": topo.name, "model": model,
@@ -108,10 +119,13 @@ def compare(
             percent = r.percent_of_bound
             body.append([r.collective, format_size(r.size), ("* " if star else "  ") + r.algorithm, fmt_time(r.time_s),
                          f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}", "-" if percent is None else f"{percent:.1f}%",
-                         fmt_time(r.synthesis_s)])
+                         r.plan.short(), fmt_time(r.synthesis_s)])
         console.print(table(f"{topo.name} ({topo.num_ranks} gpus), {model} model, all verified; * = best algbw",
                             ["collective", "size", "algorithm", "time", "algbw GB/s", "busbw GB/s", "% of bound",
-                             "synthesis"], body, {1, 3, 4, 5, 6, 7}))
+                             "plan", "synthesis"], body, {1, 3, 4, 5, 6, 8}))
+        note(f"[dim]% of bound: the topology's lower bound on time at that size over the schedule's time "
+             f"({', '.join(sorted({f'{r.collective}: {r.bound_label}' for r in rows}))}); plan: protocol, "
+             f"slices per chunk x slice size, slices in flight (see `synth evaluate --help`)[/dim]")
         for s in skipped:
             note(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")
         slow = sorted({name for _, name in planned(kinds, None)} - {name for _, name in planned(kinds, None, False)})
@@ -165,6 +179,10 @@ def explain_command(
     by: Annotated[str, typer.Option("--by", help="step (dependency level), tree (per chunk route) or auto")] = "auto",
     limit: Annotated[int, typer.Option("--limit", help="most steps or trees to list")] = 20,
     top: Annotated[int, typer.Option("--top", help="busiest links to list")] = 5,
+    protocol: Annotated[str | None, PROTOCOL_OPTION] = None,
+    slice_bytes: Annotated[str | None, SLICE_BYTES_OPTION] = None,
+    slices: Annotated[int | None, SLICES_OPTION] = None,
+    window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
@@ -179,10 +197,11 @@ def explain_command(
     if limit < 1 or top < 1:
         raise InputError("", "--limit" if limit < 1 else "--top", "expected a positive number")
     nbytes = parse_size(size, "--size")
+    plan_choice = plan_options(protocol, slice_bytes, slices, window)
     schedule = load_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
-    summary = explain(schedule, topo, size=nbytes, top=top)
+    summary = explain(schedule, topo, size=nbytes, top=top, options=plan_choice)
     if as_json:
         print_json(summary.to_dict())
         return
@@ -214,11 +233,16 @@ def explain_command(
     chain = [schedule.transfers[i] for i in path.transfers]
     shown = " ".join(f"{t.src}{'=>' if t.op == 'reduce' else '->'}{t.dst}(c{t.chunk})" for t in chain[:12])
     more = f" ... +{len(chain) - 12}" if len(chain) > 12 else ""
+    slices_text = f", chunks in {_plural(summary.plan.slices, 'slice')}" if summary.plan else ""
     console.print(f"critical path: {_plural(path.length, 'dependent transfer')}, {fmt_time(path.time_s)} at {format_size(nbytes)} "
-                  f"(α {fmt_time(path.latency_s)} + β {fmt_time(path.bandwidth_s)}, no contention): {shown}{more}")
-    console.print(f"congestion bound {fmt_time(summary.congestion_time_s)}; no run of this schedule beats "
-                  f"{fmt_time(summary.lower_bound_s)} (algbw at most {nbytes / summary.lower_bound_s / 1e9:.2f} GB/s)"
+                  f"(α {fmt_time(path.latency_s)} + β {fmt_time(path.bandwidth_s)}, no contention{slices_text}): "
+                  f"{shown}{more}")
+    console.print(f"congestion bound {fmt_time(summary.congestion_time_s)}; no run of this schedule with these slices "
+                  f"beats {fmt_time(summary.lower_bound_s)} (algbw at most {nbytes / summary.lower_bound_s / 1e9:.2f} GB/s)"
                   if summary.lower_bound_s > 0 else "empty schedule")
+    if summary.time_s is not None and summary.plan is not None:
+        console.print(f"flow model: {fmt_time(summary.time_s)} (algbw {nbytes / summary.time_s / 1e9:.2f} GB/s) "
+                      f"under the plan {summary.plan.describe()}")
 
 
 def _plural(count: int, noun: str) -> str:

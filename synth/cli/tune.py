@@ -9,10 +9,15 @@ from rich.markup import escape
 
 from synth.cli.common import (
     JSON_OPTION,
+    PROTOCOL_OPTION,
+    SLICE_BYTES_OPTION,
+    SLICES_OPTION,
     TOPOLOGY_HELP,
+    WINDOW_OPTION,
     console,
     fmt_time,
     parse_options,
+    plan_options,
     print_json,
     sizes_argument,
     table,
@@ -62,18 +67,24 @@ def tune_command(
     model: Annotated[str, typer.Option("--model", help="evaluator model")] = "flow",
     plot_path: Annotated[str | None, typer.Option("--plot", help="draw algbw vs size for every algorithm (PNG)")] = None,
     out: Annotated[str | None, typer.Option("--out", help="write the runtime table (synth.tune/1 JSON)")] = None,
+    protocol: Annotated[str | None, PROTOCOL_OPTION] = None,
+    slice_bytes: Annotated[str | None, SLICE_BYTES_OPTION] = None,
+    slices: Annotated[int | None, SLICES_OPTION] = None,
+    window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Evaluate every applicable algorithm at every message size and print, per size, the winner, its
     time, the runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
     table a runtime can load (format in `synth.tune`)."""
+    plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
     kind = parse_kind(collective, field="--collective")
     sizes = sizes_argument(size, [str(s) for s in DEFAULT_SIZES])
     options = algorithm_options(option)
     with console.status("tuning...") as status:
         result = tune(topo, kind, sizes, algorithms=algorithm, options=options, time_limit_s=time_limit, model=model,
-                      include_slow=not skip_slow, progress=lambda label: status.update(f"running {label}"))
+                      include_slow=not skip_slow, progress=lambda label: status.update(f"running {label}"),
+                      plan=plan_choice)
     if out:
         write_table(result, out)
     if plot_path:
@@ -84,14 +95,16 @@ def tune_command(
     body = []
     for row in result.per_size:
         percent = "-" if row.percent_of_bound is None else f"{row.percent_of_bound:.1f}%"
-        body.append([format_size(row.size), escape(row.winner), fmt_time(row.time_s), f"{row.algbw_GBps:.2f}",
+        body.append([format_size(row.size), escape(row.winner), row.plan.short() if row.plan else "-",
+                     fmt_time(row.time_s), f"{row.algbw_GBps:.2f}",
                      escape(row.runner_up or "-"), "-" if row.runner_up_time_s is None else fmt_time(row.runner_up_time_s),
                      percent])
-    bound = f", bound {result.bound_algbw_GBps:.2f} GB/s" if result.bound_algbw_GBps else ""
+    bound = (f", {result.bound_label} {result.bound_algbw_GBps:.2f} GB/s at large sizes"
+             if result.bound_algbw_GBps else "")
     console.print(table(f"synth tune: {kind} on {topo.name} ({topo.num_ranks} gpus), {len(result.candidates)} "
                         f"candidates, {result.model} model{bound}",
-                        ["size", "winner", "time", "algbw GB/s", "runner-up", "runner-up time", "% of bound"],
-                        body, {0, 2, 3, 5, 6}))
+                        ["size", "winner", "plan", "time", "algbw GB/s", "runner-up", "runner-up time", "% of bound"],
+                        body, {0, 3, 4, 6, 7}))
     reasons: dict[str, list[str]] = {}
     for skipped in result.skipped:
         reasons.setdefault(skipped.reason, []).append(skipped.algorithm)
