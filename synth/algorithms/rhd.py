@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from synth.algorithms.utils import OrderedBuilder, make_collective, route
+from synth.algorithms.utils import OrderedBuilder, make_collective, send
 from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule
@@ -167,23 +167,20 @@ def _resolve_mapping(topology: Topology, mapping: Sequence[int] | str | None) ->
 class LockstepRounds:
     """Lock-step rounds over an :class:`OrderedBuilder`, as MPI-style algorithms run: every transfer of a
     round depends on the previous round's transfers of both its endpoints (call :meth:`end_round`
-    between rounds). Used by rhd and bruck."""
+    between rounds). A message between ranks that no forwarding path joins goes through relay gpus
+    (:func:`synth.algorithms.utils.send`); the round waits for its last hop. Used by rhd and bruck."""
 
     def __init__(self, builder: OrderedBuilder, topology: Topology) -> None:
         self.builder = builder
         self.topology = topology
         self.previous: dict[int, list[int]] = {}
         self.current: dict[int, list[int]] = {}
-        self.paths: dict[tuple[int, int], tuple[str, ...]] = {}
 
     def send(self, src: int, dst: int, chunks: Sequence[int], op: str) -> None:
         """Send ``chunks`` from rank ``src`` to rank ``dst`` in the current round (one message)."""
-        path = self.paths.get((src, dst))
-        if path is None:
-            path = self.paths[(src, dst)] = route(self.topology, src, dst)
         deps = self.previous.get(src, []) + self.previous.get(dst, [])
         for chunk in chunks:
-            tid = self.builder.add(src, dst, chunk, path, op, deps)  # type: ignore[arg-type]
+            tid = send(self.builder, self.topology, src, dst, chunk, op, deps)  # type: ignore[arg-type]
             self.current.setdefault(src, []).append(tid)
             self.current.setdefault(dst, []).append(tid)
 

@@ -19,7 +19,7 @@ it; with one chunk the time is 2·ceil(log2 N)·(α + n·β).
 from __future__ import annotations
 
 from synth.algorithms.binomial import binomial_edges
-from synth.algorithms.utils import OrderedBuilder, make_collective, route
+from synth.algorithms.utils import OrderedBuilder, make_collective, send
 from synth.collectives import Kind
 from synth.errors import InputError
 from synth.schedule import COPY, REDUCE, Schedule
@@ -80,16 +80,12 @@ class _TreeBuilder:
     def __init__(self, builder: OrderedBuilder, topology: Topology) -> None:
         self.builder = builder
         self.topology = topology
-        self.paths: dict[tuple[int, int], tuple[str, ...]] = {}
         self.last: dict[object, int] = {}
 
     def add(self, src: int, dst: int, chunk: int, op: str, connection: object) -> None:
-        path = self.paths.get((src, dst))
-        if path is None:
-            path = self.paths[(src, dst)] = route(self.topology, src, dst)
         previous = self.last.get(connection)
         deps = [] if previous is None else [previous]
-        self.last[connection] = self.builder.add(src, dst, chunk, path, op, deps)  # type: ignore[arg-type]
+        self.last[connection] = send(self.builder, self.topology, src, dst, chunk, op, deps)  # type: ignore[arg-type]
 
 
 def _add_tree_chunk(adder: _TreeBuilder, parents: list[int | None], chunk: int, tree_index: int) -> None:
