@@ -14,8 +14,7 @@ gpus marked ``forwards`` (see :mod:`synth.topology`). So:
   a gpu behind a relay passes through the relay's own chain. :func:`chain_paths` gives the paths of the
   chain's hops.
 
-Route tables are cached per (topology, source), held weakly: topologies are immutable and compared by
-identity.
+Route tables are cached per (topology, source) in the topology's ``memo``: topologies are immutable.
 
 Examples
 --------
@@ -31,7 +30,6 @@ Examples
 
 from __future__ import annotations
 
-import weakref
 from collections import deque
 
 from synth.errors import NotApplicable
@@ -39,7 +37,7 @@ from synth.topology import Topology
 
 
 class _Cache:
-    """Everything routing keeps about one topology (held weakly: freed with the topology)."""
+    """Everything routing keeps about one topology (in ``topology.memo``: freed with the topology)."""
 
     def __init__(self, topology: Topology) -> None:
         self.order = {node: i for i, node in enumerate(topology.graph.nodes)}
@@ -48,13 +46,10 @@ class _Cache:
         self.chain_paths: dict[tuple[int, int], tuple[tuple[str, ...], ...]] = {}
 
 
-_CACHES: weakref.WeakKeyDictionary[Topology, _Cache] = weakref.WeakKeyDictionary()
-
-
 def _cache(topology: Topology) -> _Cache:
-    cache = _CACHES.get(topology)
+    cache = topology.memo.get(__name__)
     if cache is None:
-        cache = _CACHES[topology] = _Cache(topology)
+        cache = topology.memo[__name__] = _Cache(topology)
     return cache
 
 

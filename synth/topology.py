@@ -365,6 +365,12 @@ class Topology:
         """Map from gpu node id to rank."""
         return {gpu: rank for rank, gpu in enumerate(self.gpus)}
 
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """Derived data other modules keep per topology, by module name (for example routes: see
+        :mod:`synth.routing`); the topology is immutable, so nothing in it ever goes stale."""
+        return {}
+
     def is_gpu(self, node: str) -> bool:
         """True when ``node`` is a gpu."""
         return self.graph.nodes[node]["type"] == GPU
