@@ -3,7 +3,8 @@
 Ranks are renumbered relative to the root; in round k every rank with relative index i < 2^k that
 holds the data sends it to i + 2^k. Reduce runs the same tree backwards, each rank reducing its
 children's partial sums in order before passing its own on. Every chunk follows the same tree, so
-several chunks pipeline down it.
+several chunks pipeline down it. A tree edge between gpus that no path through switches and forwarding
+gpus joins goes through relay gpus' scratch (:func:`synth.algorithms.utils.send`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ Per-chunk chains: each chunk c has a target rank q (its owner for reduce-scatter
 allreduce the data is cut into N equal shares, share q "owned" by rank q). In a reduce-scatter phase
 along d, every line that holds partial sums of c reduces them around its ring towards the member with
 x_d = q_d; an allgather phase copies c around the ring from that member. The engine,
-:func:`grid_schedule`, is shared with :mod:`synth.algorithms.hierarchical`.
+:func:`grid_schedule`, is shared with :mod:`synth.algorithms.hierarchical`. Ring neighbours that no path
+through switches and forwarding gpus joins exchange through relay gpus' scratch
+(:func:`synth.algorithms.utils.send`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ rank v (identity by default). Let p' be the largest power of two <= N and e = N 
 Rounds are lock-step, as in MPI implementations: every transfer of a round depends on the previous
 round's transfers of both its endpoints. So on a uniform network every round costs α + (bytes sent) β,
 and the times are the closed forms: reduce-scatter and allgather log2(p)·α + ((p-1)/p)·n·β, allreduce
-2·log2(p)·α + 2((p-1)/p)·n·β.
+2·log2(p)·α + 2((p-1)/p)·n·β. Partners that no path through switches and forwarding gpus joins exchange
+through relay gpus' scratch (:func:`synth.algorithms.utils.send`).
 
 On an EFLOPS BiGraph (two switch layers, complete bipartite, m hosts on each of s + s switches, s and
 m powers of two, m <= s), :func:`rhd_mapping` gives the contention-free rank mapping: the layer of a

@@ -14,6 +14,9 @@ Double binary tree (``shape="double"``, the default), as NCCL builds it over ran
 
 Binomial tree (``shape="binomial"``): reduce to rank 0 along a binomial tree, then broadcast back along
 it; with one chunk the time is 2·ceil(log2 N)·(α + n·β).
+
+A tree edge between gpus that no path through switches and forwarding gpus joins (two DGX-1 gpus without
+an NVLink, say) goes through relay gpus' scratch (:func:`synth.algorithms.utils.send`).
 """
 
 from __future__ import annotations
