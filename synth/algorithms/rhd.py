@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from synth.algorithms.utils import OrderedBuilder, make_collective, send
+from synth.algorithms.utils import OrderedBuilder, make_collective, relay_free_mapping, send
 from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule
@@ -147,12 +147,32 @@ def rhd_mapping(topology: Topology) -> list[int]:
     return mapping
 
 
+def exchange_pairs(n: int) -> list[tuple[int, int]]:
+    """The virtual rank pairs that exchange data in rhd on ``n`` ranks (folding and every round).
+
+    Examples
+    --------
+    >>> exchange_pairs(3)
+    [(0, 1), (1, 2)]
+    """
+    p2 = 1 << (n.bit_length() - 1)
+    extras = n - p2
+    rep = [2 * i + 1 if i < extras else i + extras for i in range(p2)]
+    pairs = [(2 * i, 2 * i + 1) for i in range(extras)]
+    for level in range(p2.bit_length() - 1):
+        pairs += [(rep[i], rep[i ^ (1 << level)]) for i in range(p2) if i < i ^ (1 << level)]
+    return pairs
+
+
 def _resolve_mapping(topology: Topology, mapping: Sequence[int] | str | None) -> tuple[list[int], str]:
     n = topology.num_ranks
     if mapping is None or mapping == "auto":
         try:
             return rhd_mapping(topology), "bigraph"
         except NotApplicable:
+            found = relay_free_mapping(topology, exchange_pairs(n))
+            if found is not None and found != list(range(n)):
+                return found, "relay-free"
             return list(range(n)), "identity"
     if mapping == "identity":
         return list(range(n)), "identity"
@@ -205,7 +225,8 @@ def rhd(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
         of p', the largest power of two <= N (default p').
     mapping : "auto", "identity", "bigraph" or list of int, optional
         Virtual-to-physical rank mapping; ``auto`` (default) is the BiGraph contention-free mapping when
-        it applies, else the identity.
+        it applies, else the identity when every exchange needs no relay, else a mapping under which none
+        does if one is found (:func:`synth.algorithms.utils.relay_free_mapping`), else the identity.
 
     Examples
     --------

@@ -92,6 +92,80 @@ def hamiltonian_ring(topology: Topology, budget: int = 200_000) -> list[int] | N
     return hamiltonian_cycle(adjacency, budget)
 
 
+def relay_free_mapping(topology: Topology, pairs: Iterable[tuple[int, int]], budget: int = 50_000) -> list[int] | None:
+    """A rank mapping under which every virtual pair talks without a relay, or None.
+
+    ``pairs`` are the (virtual) rank pairs an algorithm exchanges data between, in both directions.
+    Returns ``mapping`` with ``mapping[v]`` the physical rank playing virtual rank v such that a path
+    through switches and forwarding gpus joins ``mapping[a]`` and ``mapping[b]`` both ways for every
+    pair: the identity when it works, else the first one a depth-first search finds (virtual ranks in
+    breadth-first order from rank 0; for virtual rank v, physical rank v first, then the others in rank
+    order) within ``budget`` steps.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> relay_free_mapping(load_topology("ring:n=4,bandwidth=1"), [(0, 2), (1, 3)])  # ring gpus forward
+    [0, 1, 2, 3]
+    >>> relay_free_mapping(load_topology("dgx1"), [(0, 5), (5, 2)])  # no NVLink 0-5: 5 is played by 1
+    [0, 3, 2, 4, 5, 1, 6, 7]
+    """
+    n = topology.num_ranks
+    wanted: dict[int, set[int]] = {v: set() for v in range(n)}
+    for a, b in pairs:
+        if a != b:
+            wanted[a].add(b)
+            wanted[b].add(a)
+    near = [set(neighbors(topology, r)) for r in range(n)]
+    both = [{v for v in near[r] if r in near[v]} for r in range(n)]
+    if all(b in both[a] for a in range(n) for b in wanted[a]):
+        return list(range(n))
+    order: list[int] = []
+    seen: set[int] = set()
+    for start in range(n):
+        if start in seen:
+            continue
+        seen.add(start)
+        queue = [start]
+        while queue:
+            v = queue.pop(0)
+            order.append(v)
+            for w in sorted(wanted[v] - seen):
+                seen.add(w)
+                queue.append(w)
+    mapping: list[int] = [-1] * n
+    used = [False] * n
+    steps = 0
+
+    def place(index: int) -> bool:
+        nonlocal steps
+        if index == n:
+            return True
+        v = order[index]
+        placed = [mapping[w] for w in wanted[v] if mapping[w] >= 0]
+        for physical in (v, *range(n)):  # the identity first, then rank order
+            steps += 1
+            if steps > budget:
+                return False
+            if used[physical] or not all(physical in both[p] for p in placed):
+                continue
+            mapping[v], used[physical] = physical, True
+            if place(index + 1):
+                return True
+            mapping[v], used[physical] = -1, False
+        return False
+
+    import sys
+
+    limit = sys.getrecursionlimit()
+    if n + 100 > limit:
+        sys.setrecursionlimit(n + 100)
+    try:
+        return mapping if place(0) else None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def send(builder: ScheduleBuilder, topology: Topology, src: int, dst: int, chunk: int,
          op: Literal["copy", "reduce"] = "copy", deps: Iterable[int] = (), *, src_scratch: int | None = None,
          dst_scratch: int | None = None) -> int:
