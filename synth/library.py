@@ -339,8 +339,8 @@ def topology_json(topology: Topology) -> str:
       "name": "ring:n=2",
       "description": "2 gpus on a bidirectional ring, 50.0 GB/s and 0.5 us per link",
       "nodes": [
-        {"id": "gpu0", "type": "gpu"},
-        {"id": "gpu1", "type": "gpu"}
+        {"id": "gpu0", "type": "gpu", "forwards": true},
+        {"id": "gpu1", "type": "gpu", "forwards": true}
       ],
       "links": [
         {"src": "gpu0", "dst": "gpu1", "bandwidth": 50.0, "latency": 0.5}

@@ -74,9 +74,12 @@ def test_every_algorithm_on_random_topologies_verifies_without_crossing_a_gpu(to
 
 def test_dgx1_relays_use_scratch_and_direct_allgather_forwards_what_it_received():
     dgx1 = load_topology("dgx1")
-    tree = synthesize(dgx1, "allreduce", "tree")
+    mapped = synthesize(dgx1, "allreduce", "tree")
+    assert all(t.dst_scratch is None for t in mapped.transfers), "the default mapping keeps both trees on NVLinks"
+    assert sorted(mapped.params["mapping"]) == list(range(8))
+    tree = synthesize(dgx1, "allreduce", "tree", mapping="identity")
     relayed = [t for t in tree.transfers if t.dst_scratch is not None]
-    assert relayed, "NCCL's tree pairs gpus without an NVLink on DGX-1"
+    assert relayed, "NCCL's tree on ranks in order pairs gpus without an NVLink on DGX-1"
     for t in relayed:  # each relay hop is a copy into scratch, read once by a dependent hop onward
         onward = [u for u in tree.transfers if u.src == t.dst and u.src_scratch == t.dst_scratch]
         assert t.op == "copy" and len(onward) == 1 and t.id in onward[0].deps
