@@ -334,9 +334,12 @@ def physical_network(topology: Topology, paths: dict[int, tuple[str, ...]]) -> N
     def route(src: int, dst: int, transfer: int | None) -> list[_Link]:
         path = paths.get(transfer) if transfer is not None else None
         if path is None:
-            from synth.algorithms.utils import route as shortest
+            from synth.routing import route as shortest
 
             path = shortest(topology, src, dst)
+            if path is None:
+                raise SynthError(f"a message from rank {src} to rank {dst} names no path, and no path through "
+                                 f"switches and forwarding gpus joins them on {topology.name!r}")
         return [link(u, v) for u, v in zip(path, path[1:], strict=False)]
 
     return Network(route=route, description=f"store-and-forward on the links of {topology.name!r}")

@@ -339,8 +339,8 @@ def topology_json(topology: Topology) -> str:
       "name": "ring:n=2",
       "description": "2 gpus on a bidirectional ring, 50.0 GB/s and 0.5 us per link",
       "nodes": [
-        {"id": "gpu0", "type": "gpu"},
-        {"id": "gpu1", "type": "gpu"}
+        {"id": "gpu0", "type": "gpu", "forwards": true},
+        {"id": "gpu1", "type": "gpu", "forwards": true}
       ],
       "links": [
         {"src": "gpu0", "dst": "gpu1", "bandwidth": 50.0, "latency": 0.5}
@@ -504,6 +504,8 @@ def _per_dimension(value: Any, count: int, what: str, convert: Callable[[Any, st
 def ring(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
     """``n`` gpus on a bidirectional ring: gpu i linked to gpu i+1 mod n.
 
+    Gpus forward (``forwards``): ASTRA-sim's Ring routes a message through the npus between its ends.
+
     Examples
     --------
     >>> ring(n=4).graph.number_of_edges()  # 4 links, both directions
@@ -512,13 +514,16 @@ def ring(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
     n = _count(n, "n", 2)
     bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
     gpus, switches, links, dims = _product(["Ring"], [n], [bandwidth], [latency], "gpu")
-    return Topology.build("ring", gpus, switches, links, dimensions=dims,
+    return Topology.build("ring", gpus, switches, links, dimensions=dims, forwards=True,
                           description=f"{n} gpus on a bidirectional ring, {bandwidth} GB/s and {latency} us per link")
 
 
 @entry("fully-connected", "n gpus, a direct link between every pair (ASTRA-sim FullyConnected)")
 def fully_connected(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
     """``n`` gpus with a direct link between every pair.
+
+    Gpus forward, as npus do in ASTRA-sim's network backend (every pair has its own link, so only
+    multi-hop flows such as ``mcf``'s use it).
 
     Examples
     --------
@@ -528,13 +533,15 @@ def fully_connected(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -
     n = _count(n, "n", 2)
     bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
     gpus, switches, links, dims = _product(["FullyConnected"], [n], [bandwidth], [latency], "gpu")
-    return Topology.build("fully-connected", gpus, switches, links, dimensions=dims,
+    return Topology.build("fully-connected", gpus, switches, links, dimensions=dims, forwards=True,
                           description=f"{n} gpus fully connected, {bandwidth} GB/s and {latency} us per link")
 
 
 @entry("switch", "n gpus on one switch (ASTRA-sim Switch)")
 def switch(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
     """``n`` gpus each linked to one switch node ``sw0`` (``bandwidth`` per gpu link).
+
+    Gpus do not forward: every pair meets at the switch, so no path ever needs to cross a gpu.
 
     Examples
     --------
@@ -554,7 +561,8 @@ def torus(dims: tuple[int, ...] = (4, 4), bandwidth: float = 50.0, latency: floa
     """A torus of ``dims`` (e.g. ``4x4`` or ``4x4x4``), wrap-around in every dimension.
 
     Rank = x + nx*(y + ny*z); gpu ``gpu{rank}`` links to its ±1 neighbours in every dimension (a
-    dimension of size 2 has a single link). ``dimensions`` records one Ring per axis.
+    dimension of size 2 has a single link). ``dimensions`` records one Ring per axis. Gpus forward:
+    torus chips carry their own routers (as TPU ICI and ASTRA-sim's Ring dimensions do).
 
     Examples
     --------
@@ -568,13 +576,16 @@ def torus(dims: tuple[int, ...] = (4, 4), bandwidth: float = 50.0, latency: floa
     k = len(sizes)
     gpus, switches, links, dimensions = _product(["Ring"] * k, sizes, [bandwidth] * k, [latency] * k, "gpu")
     shape = "x".join(map(str, sizes))
-    return Topology.build("torus", gpus, switches, links, dimensions=dimensions,
+    return Topology.build("torus", gpus, switches, links, dimensions=dimensions, forwards=True,
                           description=f"{shape} torus with wrap-around, {bandwidth} GB/s and {latency} us per link")
 
 
 @entry("hypercube", "2^d gpus, gpu i linked to every i XOR 2^k")
 def hypercube(d: int = 3, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
     """A ``d``-dimensional hypercube: 2^d gpus, gpu i linked to gpu i XOR 2^k for each k < d.
+
+    Gpus forward: a hypercube is a direct network of router chips (ASTRA-sim models it as d dimensions
+    of 2 npus, routed through the npus).
 
     Examples
     --------
@@ -586,7 +597,7 @@ def hypercube(d: int = 3, bandwidth: float = 50.0, latency: float = 0.5) -> Topo
     _check(2**d <= MAX_NODES, f"d must be at most {int(math.log2(MAX_NODES))}, got {d}")
     bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
     gpus, switches, links, dims = _product(["FullyConnected"] * d, [2] * d, [bandwidth] * d, [latency] * d, "gpu")
-    return Topology.build("hypercube", gpus, switches, links, dimensions=dims,
+    return Topology.build("hypercube", gpus, switches, links, dimensions=dims, forwards=True,
                           description=f"{d}-dimensional hypercube of {2**d} gpus, {bandwidth} GB/s per link")
 
 
@@ -644,7 +655,8 @@ def multidim(
     (``dim{d}.sw{g}``). The default is the ASTRA-sim HGX-H100 example (Switch of 8 at 400 GB/s and
     936.25 ns) with a scale-out Switch over 2 boxes. Spec form:
     ``multidim:kinds=Switch/Ring,sizes=8x4,bandwidths=400x25,latencies=0.9x1.3``; a single bandwidth
-    or latency applies to every dimension.
+    or latency applies to every dimension. Gpus forward: this builder models ASTRA-sim's network, whose
+    npus pass messages on (its Ring dimension routes through the npus between the ends).
 
     Examples
     --------
@@ -667,7 +679,7 @@ def multidim(
     latency_tuple = _per_dimension(latencies, count, "latencies", _latency)
     gpus, switches, links, dims = _product(kind_tuple, size_tuple, bandwidth_tuple, latency_tuple, "gpu")
     shape = " x ".join(f"{k}({p}, {b:g} GB/s)" for k, p, b in zip(kind_tuple, size_tuple, bandwidth_tuple, strict=True))
-    return Topology.build("multidim", gpus, switches, links, dimensions=dims,
+    return Topology.build("multidim", gpus, switches, links, dimensions=dims, forwards=True,
                           description=f"multi-dimensional system: {shape}")
 
 
@@ -690,7 +702,8 @@ def dgx1() -> Topology:
 
     Sources: 6 NVLink2 ports per gpu at 25 GB/s per direction (NVIDIA DGX-1 V100 system architecture);
     the 8 pairs joined by two links get 50 GB/s, the 8 single-link pairs 25 GB/s, the other 12 pairs
-    none (PCIe is left out). Latency 0.3 µs per link: TACCL's profiled NVLink α on NDv2.
+    none (PCIe is left out). Latency 0.3 µs per link: TACCL's profiled NVLink α on NDv2. Gpus do not
+    forward (NVLink moves data only when a kernel copies it), so those 12 pairs communicate by relay.
 
     Examples
     --------
@@ -815,7 +828,8 @@ def dgx_a100(boxes: int = 1, nic_bandwidth: float = 25.0) -> Topology:
     IB switch plane ``rail0``, odd-numbered on ``rail1`` (25 GB/s, 1.0 µs; 2.6 µs gpu to gpu, TACCL's
     IB α). The optimal allgather algbw of this model is 342.86 GB/s on 1 box (300*8/7), 346.67 on 2
     boxes (a gpu cut: 16*325/15) and 266.67 on 4 (a box cut: 32*200/24). ``nic_bandwidth`` (GB/s) sets
-    the gpu-NIC and NIC-rail links, for what-if sweeps over NIC generations.
+    the gpu-NIC and NIC-rail links, for what-if sweeps over NIC generations. Gpus do not forward: a
+    message to another box on the other rail plane relays through a gpu (as NCCL's PXN does).
 
     Examples
     --------
@@ -841,7 +855,8 @@ def dgx_h100(boxes: int = 1) -> Topology:
     Sources: 18 NVLink4 per gpu = 450 GB/s per gpu (NVIDIA DGX H100 documentation), 0.7 µs per
     gpu-NVSwitch hop (assumed). With several boxes: one 400 Gb/s NIC per gpu (50 GB/s), gpu i to its
     own NIC ``b{k}.nic{i}`` (50 GB/s, 0.3 µs assumed), NIC i of every box on rail switch ``rail{i}``
-    (50 GB/s, 1.0 µs; 2.6 µs gpu to gpu, TACCL's IB α).
+    (50 GB/s, 1.0 µs; 2.6 µs gpu to gpu, TACCL's IB α). Gpus do not forward: a message to gpu j of
+    another box from gpu i != j relays through a gpu (as NCCL's PXN does).
 
     Examples
     --------
@@ -866,7 +881,8 @@ def mi250(boxes: int = 1) -> Topology:
     per GCD) as used in multi-box MI250 studies; 0.5 µs per xGMI link (assumed). With several boxes
     every GCD links at 16 GB/s to one shared IB switch ``ib`` (1.3 µs per hop, so 2.6 µs GCD to GCD as
     TACCL's IB α). The optimal allgather algbw of this model is 342.86 GB/s on 1 box and 354.13 on
-    2 boxes (the bottleneck is a pair of GCDs joined by 4 links: 32*332/30).
+    2 boxes (the bottleneck is a pair of GCDs joined by 4 links: 32*332/30). GCDs do not forward
+    (xGMI moves data only when a kernel copies it): pairs without a link communicate by relay.
 
     Examples
     --------
@@ -899,7 +915,8 @@ def tpu_v4(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = 45.0, latency: 
 
     Sources: 4x4x4 cubes joined by optical circuit switches into AxBxC tori (Google's TPU v4 paper);
     roughly 45-50 GB/s per ICI link per direction, derived from published pod figures (not a
-    datasheet), so 45 GB/s here; 1.0 µs per hop is an assumption.
+    datasheet), so 45 GB/s here; 1.0 µs per hop is an assumption. Chips forward: each TPU v4 chip
+    routes ICI traffic between its links.
 
     Examples
     --------
@@ -911,7 +928,7 @@ def tpu_v4(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = 45.0, latency: 
     bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
     gpus, switches, links, dimensions = _product(["Ring"] * 3, sizes, [bandwidth] * 3, [latency] * 3, "tpu")
     shape = "x".join(map(str, sizes))
-    return Topology.build("tpu-v4", gpus, switches, links, dimensions=dimensions,
+    return Topology.build("tpu-v4", gpus, switches, links, dimensions=dimensions, forwards=True,
                           description=f"Google TPU v4 {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")
 
 

@@ -1,9 +1,17 @@
-"""The schedule IR and its public JSON form, ``synth.schedule/1``.
+"""The schedule IR and its public JSON form, ``synth.schedule/2`` (``synth.schedule/1`` is still read).
 
 A schedule is a collective plus a tuple of transfers. One transfer moves one chunk from rank ``src``
 to rank ``dst`` along ``path`` (physical node ids, every hop a link), after the transfers in ``deps``
-have finished. ``op`` is ``copy`` (dst takes src's value of the chunk) or ``reduce`` (dst adds src's
-partial value into its own).
+have finished. ``op`` is ``copy`` (the target takes the source's value of the chunk) or ``reduce`` (the
+target adds the source's partial value into its own).
+
+Buffers: every rank has one *data* cell per chunk (its input before the collective, its output after;
+the collective's pre- and postconditions are about these), and *scratch* slots 0, 1, 2, ... that hold
+any chunk's value. ``src_scratch`` / ``dst_scratch`` name the scratch slot a transfer reads from or
+writes to; None means the data cell of ``chunk``. A transfer with ``src == dst`` is a *local op*
+(a copy or reduce between two buffers of one rank, such as MSCCL's ``cpy`` and ``re``): its path is the
+rank's gpu alone and it crosses no link. Relays of partial sums go through scratch, so that a gpu on
+the way never overwrites its own contribution.
 """
 
 from __future__ import annotations
@@ -18,14 +26,22 @@ from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError
 from synth.topology import read_document
 
-FORMAT = "synth.schedule/1"
+FORMAT = "synth.schedule/2"
+#: Formats read (older versions are a subset of the current one).
+READ_FORMATS = ("synth.schedule/1", FORMAT)
 COPY = "copy"
 REDUCE = "reduce"
 
 
+#: Largest accepted scratch slot index.
+MAX_SCRATCH_SLOT = 1 << 31
+
+
 @dataclass(frozen=True, slots=True)
 class Transfer:
-    """One chunk moved from rank ``src`` to rank ``dst`` along ``path`` after ``deps`` finish."""
+    """One chunk moved from rank ``src`` to rank ``dst`` along ``path`` after ``deps`` finish; it reads
+    scratch slot ``src_scratch`` (None: the data cell of ``chunk``) and writes ``dst_scratch`` (None:
+    the data cell). With ``src == dst`` it is a local op and ``path`` is the one gpu."""
 
     id: int
     src: int
@@ -34,6 +50,13 @@ class Transfer:
     op: Literal["copy", "reduce"]
     path: tuple[str, ...]
     deps: tuple[int, ...] = ()
+    src_scratch: int | None = None
+    dst_scratch: int | None = None
+
+    @property
+    def local(self) -> bool:
+        """True for a local op (a copy or reduce between two buffers of one rank)."""
+        return self.src == self.dst
 
 
 @dataclass(frozen=True)
@@ -77,9 +100,28 @@ class Schedule:
         """Chunks per buffer (C)."""
         return self.collective.chunks
 
+    def scratch_slots(self) -> list[int]:
+        """Scratch slots each rank uses (its largest slot index + 1; 0 for none).
+
+        Examples
+        --------
+        >>> from synth.collectives import Collective, Kind
+        >>> coll = Collective(Kind.BROADCAST, num_ranks=2, chunks=1, root=0)
+        >>> t = Transfer(0, 0, 1, 0, "copy", ("a", "b"), (), None, 2)
+        >>> Schedule(coll, "pair", ("a", "b"), "manual", {}, (t,)).scratch_slots()
+        [0, 3]
+        """
+        used = [0] * self.collective.num_ranks
+        for t in self.transfers:
+            if t.src_scratch is not None and t.src_scratch >= used[t.src]:
+                used[t.src] = t.src_scratch + 1
+            if t.dst_scratch is not None and t.dst_scratch >= used[t.dst]:
+                used[t.dst] = t.dst_scratch + 1
+        return used
+
     # ---------------------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        """The documented ``synth.schedule/1`` object."""
+        """The documented ``synth.schedule/2`` object (scratch slots only where a transfer uses them)."""
         return {
             "format": FORMAT,
             "collective": self.collective.kind.value,
@@ -89,11 +131,7 @@ class Schedule:
             "chunks": self.collective.chunks,
             "algorithm": self.algorithm,
             "params": _jsonable(self.params),
-            "transfers": [
-                {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op,
-                 "path": list(t.path), "deps": list(t.deps)}
-                for t in self.transfers
-            ],
+            "transfers": [_transfer_dict(t) for t in self.transfers],
         }
 
     def to_json(self) -> str:
@@ -108,12 +146,13 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "") -> Schedule:
-        """Validate a parsed ``synth.schedule/1`` object; raises :class:`InputError` naming the field."""
+        """Validate a parsed ``synth.schedule/2`` (or ``/1``) object; raises :class:`InputError` naming the
+        field."""
         if not isinstance(data, dict):
             raise InputError(source, "", "expected a JSON object at the top level")
         fmt = data.get("format")
-        if fmt != FORMAT:
-            raise InputError(source, "format", f"expected {FORMAT!r}, got {fmt!r}")
+        if fmt not in READ_FORMATS:
+            raise InputError(source, "format", f"expected {FORMAT!r} (or the older {READ_FORMATS[0]!r}), got {fmt!r}")
         for name in ("collective", "topology", "ranks", "chunks", "transfers"):
             if name not in data:
                 raise InputError(source, name, "missing required field")
@@ -159,21 +198,32 @@ class Schedule:
             op = item.get("op", COPY)
             if op not in (COPY, REDUCE):
                 raise InputError(source, f"{where}.op", f"expected 'copy' or 'reduce', got {op!r}")
+            slots: list[int | None] = []
+            for name in ("src_scratch", "dst_scratch"):
+                slot = item.get(name)
+                if slot is not None and fmt != FORMAT:
+                    raise InputError(source, f"{where}.{name}", f"scratch slots need format {FORMAT!r}")
+                if slot is not None and (not _is_int(slot) or not 0 <= slot < MAX_SCRATCH_SLOT):
+                    raise InputError(source, f"{where}.{name}", f"expected a scratch slot in 0..{MAX_SCRATCH_SLOT - 1} "
+                                     f"or null, got {slot!r}")
+                slots.append(slot)
             path = item["path"]
-            if not isinstance(path, list) or len(path) < 2 or not all(isinstance(p, str) for p in path):
-                raise InputError(source, f"{where}.path", "expected a list of at least 2 node ids")
+            shortest = 1 if src == dst and fmt == FORMAT else 2
+            if not isinstance(path, list) or len(path) < shortest or not all(isinstance(p, str) for p in path):
+                what = "1 node id (a local op: src == dst)" if shortest == 1 else "2 node ids"
+                raise InputError(source, f"{where}.path", f"expected a list of at least {what}")
             deps = item.get("deps", [])
             if not isinstance(deps, list) or not all(_is_int(d) for d in deps):
                 raise InputError(source, f"{where}.deps", "expected a list of transfer ids")
             for dep in deps:
                 if not 0 <= dep < len(raw):
                     raise InputError(source, f"{where}.deps", f"unknown transfer id {dep}")
-            transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps)))
+            transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps), slots[0], slots[1]))
         return cls(collective, topology, tuple(ranks), algorithm, params, tuple(transfers))
 
     @classmethod
     def from_json(cls, text: str, source: str = "") -> Schedule:
-        """Parse JSON text in the ``synth.schedule/1`` format."""
+        """Parse JSON text in the ``synth.schedule/2`` (or ``/1``) format."""
         from synth.topology import parse_json
 
         return cls.from_dict(parse_json(text, source), source)
@@ -182,6 +232,16 @@ class Schedule:
     def from_file(cls, path: str | Path) -> Schedule:
         """Load a schedule file; raises :class:`InputError` naming the file and field."""
         return cls.from_dict(read_document(path), str(path))
+
+
+def _transfer_dict(t: Transfer) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op,
+                            "path": list(t.path), "deps": list(t.deps)}
+    if t.src_scratch is not None:
+        item["src_scratch"] = t.src_scratch
+    if t.dst_scratch is not None:
+        item["dst_scratch"] = t.dst_scratch
+    return item
 
 
 def _is_int(value: Any) -> bool:
@@ -226,13 +286,21 @@ class ScheduleBuilder:
         self.algorithm = algorithm
         self.params = dict(params or {})
         self.transfers: list[Transfer] = []
+        self.scratch_used = [0] * collective.num_ranks
 
     def add(self, src: int, dst: int, chunk: int, path: Iterable[str], op: Literal["copy", "reduce"] = COPY,
-            deps: Iterable[int] = ()) -> int:
+            deps: Iterable[int] = (), src_scratch: int | None = None, dst_scratch: int | None = None) -> int:
         """Append a transfer and return its id; deps are de-duplicated and sorted."""
         tid = len(self.transfers)
-        self.transfers.append(Transfer(tid, src, dst, chunk, op, tuple(path), tuple(sorted(set(deps)))))
+        self.transfers.append(Transfer(tid, src, dst, chunk, op, tuple(path), tuple(sorted(set(deps))),
+                                       src_scratch, dst_scratch))
         return tid
+
+    def new_scratch(self, rank: int) -> int:
+        """A scratch slot of ``rank`` that no transfer has used yet."""
+        slot = self.scratch_used[rank]
+        self.scratch_used[rank] = slot + 1
+        return slot
 
     def build(self) -> Schedule:
         """The finished, immutable schedule."""

@@ -1,9 +1,14 @@
 """The topology model: gpus, switches and directed links with bandwidth (GB/s) and latency (µs).
 
 A :class:`Topology` is immutable. Inside it is a frozen :class:`networkx.DiGraph` whose nodes carry
-``type`` (``"gpu"`` or ``"switch"``) and whose edges carry ``bandwidth`` (GB/s, 10^9 bytes/s, per
-direction) and ``latency`` (microseconds). Ranks are the gpus, numbered 0..N-1 in the order they are
-listed in the file.
+``type`` (``"gpu"`` or ``"switch"``) and ``forwards`` (bool), and whose edges carry ``bandwidth``
+(GB/s, 10^9 bytes/s, per direction) and ``latency`` (microseconds). Ranks are the gpus, numbered
+0..N-1 in the order they are listed in the file.
+
+Forwarding: a switch always passes bytes through. A gpu does only when its node says
+``"forwards": true`` (chips with routers: TPU ICI, a torus of npus, ASTRA-sim's npus); an NVLink or
+xGMI gpu moves data onward only when a kernel copies it, so a path may cross it only as two transfers
+(a relay). :mod:`synth.routing` routes by this rule and the verifier enforces it.
 
 The file format (JSON or YAML) is documented in the README::
 
@@ -65,6 +70,7 @@ class _NodeModel(BaseModel):
     id: str
     type: Literal["gpu", "switch"]
     box: int | None = None
+    forwards: bool | None = None
 
     @field_validator("id")
     @classmethod
@@ -151,7 +157,7 @@ class _TopologyModel(BaseModel):
 
 def _pydantic_message(error: ValidationError) -> tuple[str, str]:
     first = error.errors()[0]
-    loc = ".".join(str(part) for part in first["loc"])
+    loc = ".".join(str(part) if str(part).isprintable() else repr(part) for part in first["loc"])
     msg = first["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
@@ -211,12 +217,15 @@ class Topology:
         boxes: list[int] | None = None,
         dimensions: list[Dimension] | None = None,
         source: str = "",
+        forwards: bool = False,
     ) -> Topology:
-        """Build a topology from python lists: ``links`` are ``(src, dst, bandwidth[, latency])``."""
+        """Build a topology from python lists: ``links`` are ``(src, dst, bandwidth[, latency])``;
+        ``forwards`` marks every gpu as forwarding (see the module docstring)."""
+        gpu_node: dict[str, Any] = {"type": GPU, "forwards": True} if forwards else {"type": GPU}
         data = {
             "name": name,
             "description": description,
-            "nodes": [{"id": g, "type": GPU} for g in gpus] + [{"id": s, "type": SWITCH} for s in switches],
+            "nodes": [{"id": g, **gpu_node} for g in gpus] + [{"id": s, "type": SWITCH} for s in switches],
             "links": [
                 {"src": link[0], "dst": link[1], "bandwidth": link[2],
                  "latency": link[3] if len(link) > 3 else 0.0, "bidirectional": bidirectional}
@@ -252,7 +261,10 @@ class Topology:
         for index, node in enumerate(model.nodes):
             if node.id in graph:
                 raise InputError(source, f"nodes.{index}.id", f"duplicate node id {node.id!r}")
-            graph.add_node(node.id, type=node.type)
+            if node.type == SWITCH and node.forwards is not None:
+                raise InputError(source, f"nodes.{index}.forwards", "applies to gpus only (a switch always "
+                                 "forwards)")
+            graph.add_node(node.id, type=node.type, forwards=node.type == SWITCH or bool(node.forwards))
             if node.type == GPU:
                 gpus.append(node.id)
                 boxes.append(node.box)
@@ -313,6 +325,8 @@ class Topology:
             entry: dict[str, Any] = {"id": gpu, "type": GPU}
             if self.boxes is not None:
                 entry["box"] = self.boxes[rank]
+            if self.forwards(gpu):
+                entry["forwards"] = True
             nodes.append(entry)
         nodes.extend({"id": s, "type": SWITCH} for s in self.switches)
         links = [
@@ -351,9 +365,33 @@ class Topology:
         """Map from gpu node id to rank."""
         return {gpu: rank for rank, gpu in enumerate(self.gpus)}
 
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """Derived data other modules keep per topology, by module name (for example routes: see
+        :mod:`synth.routing`); the topology is immutable, so nothing in it ever goes stale."""
+        return {}
+
     def is_gpu(self, node: str) -> bool:
         """True when ``node`` is a gpu."""
         return self.graph.nodes[node]["type"] == GPU
+
+    def forwards(self, node: str) -> bool:
+        """True when bytes may pass through ``node`` within one transfer: a switch, or a gpu marked
+        ``forwards`` (see the module docstring).
+
+        Examples
+        --------
+        >>> topo = Topology.build("line", ["a", "b", "c"], [], [("a", "b", 10.0), ("b", "c", 10.0)])
+        >>> topo.forwards("b"), Topology.build("line", ["a", "b", "c"], [], [("a", "b", 10.0), ("b", "c", 10.0)],
+        ...                                    forwards=True).forwards("b")
+        (False, True)
+        """
+        return bool(self.graph.nodes[node]["forwards"])
+
+    @cached_property
+    def non_forwarding_gpus(self) -> frozenset[str]:
+        """The gpus that do not forward: a path may end at them but never cross them."""
+        return frozenset(g for g in self.gpus if not self.graph.nodes[g]["forwards"])
 
     def has_link(self, src: str, dst: str) -> bool:
         """True when a directed link ``src -> dst`` exists."""

@@ -1,16 +1,22 @@
 """The exact data-flow verifier.
 
-It replays a schedule symbolically. Every (rank, chunk) cell holds a value: the set of ranks whose
-contribution it holds (an int bitmask). It rejects, naming the transfer and the reason:
+It replays a schedule symbolically. Every (rank, chunk) data cell holds a value: the set of ranks whose
+contribution it holds (an int bitmask); every scratch slot of a rank holds a chunk id and such a set,
+or nothing. It rejects, naming the transfer and the reason:
 
 - a transfer whose ``path`` is not made of links, or does not start at ``src`` and end at ``dst``;
+- a path that crosses a gpu which does not forward (see :mod:`synth.topology`): that takes a relay, two
+  transfers (the gpu's kernel copies the data on);
+- a local op (``src == dst``) whose path is not the rank's gpu alone, or that reads and writes the same
+  buffer;
+- a read of a scratch slot that holds nothing, or another chunk;
 - a dependency cycle;
 - a send of data the source does not hold yet (the transfer that produced it is not among the
   transitive deps), or of a chunk the source never holds;
-- a race: two transfers that write the same cell, or one that writes a cell another reads, with no
-  order between them (so the outcome would depend on timing);
+- a race: two transfers that write the same cell (data or scratch), or one that writes a cell another
+  reads, with no order between them (so the outcome would depend on timing);
 - a reduce that would count a contribution twice, or a reduce in a collective that reduces nothing;
-- a postcondition not met at the end;
+- a postcondition (on the data cells) not met at the end;
 - ranks, chunks or deps out of range, and a rank list that does not match the topology's gpus.
 
 Order is the transitive closure of ``deps``. Transfers are replayed in a topological order; since all
@@ -79,6 +85,7 @@ def _check_ranks(schedule: Schedule, topology: Topology) -> None:
 
 def _check_paths(schedule: Schedule, topology: Topology) -> dict[tuple[str, str], int]:
     graph = topology.graph
+    blocked = topology.non_forwarding_gpus
     ranks = schedule.ranks
     num_ranks = len(ranks)
     num_ids = schedule.collective.num_chunk_ids
@@ -88,10 +95,23 @@ def _check_paths(schedule: Schedule, topology: Topology) -> dict[tuple[str, str]
         if not (0 <= src < num_ranks and 0 <= dst < num_ranks):
             name, rank = ("src", src) if not 0 <= src < num_ranks else ("dst", dst)
             raise VerificationError(f"transfer {t.id}: {name} rank {rank} is out of range 0..{num_ranks - 1}", t.id)
-        if src == dst:
-            raise VerificationError(f"transfer {t.id}: src and dst are both rank {src}", t.id)
         if not 0 <= t.chunk < num_ids:
             raise VerificationError(f"transfer {t.id}: chunk {t.chunk} is out of range 0..{num_ids - 1}", t.id)
+        for name, slot in (("src_scratch", t.src_scratch), ("dst_scratch", t.dst_scratch)):
+            if slot is not None and (not isinstance(slot, int) or slot < 0):
+                raise VerificationError(f"transfer {t.id}: {name} {slot!r} is not a scratch slot (an integer >= 0)",
+                                        t.id)
+        if src == dst:
+            if t.src_scratch == t.dst_scratch:
+                raise VerificationError(
+                    f"transfer {t.id}: src and dst are both rank {src} and it reads and writes the same buffer "
+                    f"({_buffer(t.src_scratch, t.chunk)}); a local op moves data between two buffers of one rank",
+                    t.id)
+            if path != (ranks[src],):
+                raise VerificationError(
+                    f"transfer {t.id}: a local op on rank {src} (src == dst) has the path [{ranks[src]}] (its gpu "
+                    f"alone), got {list(path)}", t.id)
+            continue
         seen = uses.get(path)
         if seen is None:
             if len(path) < 2:
@@ -101,6 +121,13 @@ def _check_paths(schedule: Schedule, topology: Topology) -> dict[tuple[str, str]
             for u, v in zip(path, path[1:], strict=False):
                 if not graph.has_edge(u, v):
                     raise VerificationError(f"transfer {t.id}: path hop {u} -> {v} is not a link", t.id)
+            for node in path[1:-1]:
+                if node in blocked:
+                    raise VerificationError(
+                        f"transfer {t.id}: path {' -> '.join(path)} crosses gpu {node}, which does not forward "
+                        f"(a gpu moves data on only when a kernel copies it). Fix: emit a relay: copy to {node}, "
+                        f"then a dependent copy onward, or mark the gpu as forwarding in the topology "
+                        f"(\"forwards\": true on its node)", t.id)
             seen = 0
         if path[0] != ranks[src] or path[-1] != ranks[dst]:
             raise VerificationError(
@@ -112,6 +139,10 @@ def _check_paths(schedule: Schedule, topology: Topology) -> dict[tuple[str, str]
         for hop in zip(path, path[1:], strict=False):
             load[hop] = load.get(hop, 0) + count
     return load
+
+
+def _buffer(slot: int | None, chunk: int) -> str:
+    return f"data cell of chunk {chunk}" if slot is None else f"scratch slot {slot}"
 
 
 def _topological_order(schedule: Schedule) -> tuple[list[int], list[int]]:
@@ -220,12 +251,16 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
     collective = schedule.collective
     transfers = schedule.transfers
     reducing = collective.reducing
-    # a cell (rank, chunk) is keyed rank * num_ids + chunk
+    num_ranks = collective.num_ranks
+    # a data cell (rank, chunk) is keyed rank * num_ids + chunk; scratch slot k of a rank is keyed
+    # scratch_base + k * num_ranks + rank and also records the chunk it holds
     num_ids = collective.num_chunk_ids
+    scratch_base = num_ranks * num_ids
     value: dict[int, int] = {}
-    for rank in range(collective.num_ranks):
+    for rank in range(num_ranks):
         for chunk, mask in collective.initial(rank):
             value[rank * num_ids + chunk] = mask
+    holds: dict[int, int] = {}  # scratch key -> chunk id
     last_writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     before = _Reachability(schedule, order, topo_index).before
@@ -239,17 +274,30 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
         depth[tid] = level
         if level > deepest:
             deepest = level
-        source = t.src * num_ids + t.chunk
-        target = t.dst * num_ids + t.chunk
+        chunk = t.chunk
+        src_slot, dst_slot = t.src_scratch, t.dst_scratch
+        if src_slot is None:
+            source = t.src * num_ids + chunk
+        else:
+            source = scratch_base + src_slot * num_ranks + t.src
+        if dst_slot is None:
+            target = t.dst * num_ids + chunk
+        else:
+            target = scratch_base + dst_slot * num_ranks + t.dst
         held = value.get(source, 0)
         writer = last_writer.get(source)
         if writer is not None and writer not in deps and not before(writer, tid):
             raise VerificationError(
-                f"transfer {tid}: rank {t.src} sends chunk {t.chunk} that transfer {writer} writes, but "
+                f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)} that transfer {writer} writes, but "
                 f"{writer} is not among its transitive deps (it may not have arrived yet)", tid)
         if held == 0:
             raise VerificationError(
-                f"transfer {tid}: rank {t.src} sends chunk {t.chunk}, which it does not hold at that point", tid)
+                f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)}, which it does not hold at that point",
+                tid)
+        if src_slot is not None and holds[source] != chunk:
+            raise VerificationError(
+                f"transfer {tid}: rank {t.src} sends chunk {chunk} from scratch slot {src_slot}, which holds chunk "
+                f"{holds[source]}", tid)
         source_readers = readers.get(source)
         if source_readers is None:
             readers[source] = [tid]
@@ -259,14 +307,14 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
         previous = last_writer.get(target)
         if previous is not None and previous not in deps and not before(previous, tid):
             raise VerificationError(
-                f"transfer {tid}: race on rank {t.dst} chunk {t.chunk}: transfers {previous} and {tid} both write "
-                f"it with no order between them", tid)
+                f"transfer {tid}: race on rank {t.dst} {_cell(dst_slot, chunk)}: transfers {previous} and {tid} both "
+                f"write it with no order between them", tid)
         target_readers = readers.get(target)
         if target_readers:
             for reader in target_readers:
                 if reader not in deps and not before(reader, tid):
                     raise VerificationError(
-                        f"transfer {tid}: race on rank {t.dst} chunk {t.chunk}: it overwrites the value that "
+                        f"transfer {tid}: race on rank {t.dst} {_cell(dst_slot, chunk)}: it overwrites the value that "
                         f"transfer {reader} reads, with no order between them", tid)
         current = value.get(target, 0)
         if t.op == REDUCE:
@@ -274,29 +322,39 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
                 raise VerificationError(f"transfer {tid}: op 'reduce' in a {collective.kind} (nothing is reduced)", tid)
             if current == 0:
                 raise VerificationError(
-                    f"transfer {tid}: reduce into rank {t.dst} chunk {t.chunk}, which holds no partial value "
+                    f"transfer {tid}: reduce into rank {t.dst} {_cell(dst_slot, chunk)}, which holds no partial value "
                     f"(use 'copy')", tid)
+            if dst_slot is not None and holds[target] != chunk:
+                raise VerificationError(
+                    f"transfer {tid}: reduces chunk {chunk} into scratch slot {dst_slot} of rank {t.dst}, which holds "
+                    f"chunk {holds[target]}", tid)
             twice = current & held
             if twice:
-                counted = [r for r in range(collective.num_ranks) if twice >> r & 1]
+                counted = [r for r in range(num_ranks) if twice >> r & 1]
                 raise VerificationError(
-                    f"transfer {tid}: reduce into rank {t.dst} chunk {t.chunk} would count the contribution of "
+                    f"transfer {tid}: reduce into rank {t.dst} {_cell(dst_slot, chunk)} would count the contribution of "
                     f"rank(s) {counted[:8]} twice", tid)
             value[target] = current | held
         else:
             value[target] = held
+            if dst_slot is not None:
+                holds[target] = chunk
         last_writer[target] = tid
         if target_readers:
             readers[target] = []
 
-    for rank in range(collective.num_ranks):
+    for rank in range(num_ranks):
         for chunk, mask in collective.final(rank):
             got = value.get(rank * num_ids + chunk, 0)
             if got != mask:
                 raise VerificationError(
-                    f"postcondition: rank {rank} ends with chunk {chunk} holding {_describe(got, collective.num_ranks)}"
-                    f", expected {_describe(mask, collective.num_ranks)}")
+                    f"postcondition: rank {rank} ends with chunk {chunk} holding {_describe(got, num_ranks)}"
+                    f", expected {_describe(mask, num_ranks)}")
     return deepest
+
+
+def _cell(slot: int | None, chunk: int) -> str:
+    return f"chunk {chunk}" if slot is None else f"scratch slot {slot} (chunk {chunk})"
 
 
 def _describe(mask: int, num_ranks: int) -> str:

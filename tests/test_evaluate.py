@@ -82,9 +82,11 @@ def test_direct_allgather_on_a_switch():
 
 # -------------------------------------------------------------------------------- max-min sharing
 def _fan_topology(to_b: float, to_c: float) -> Topology:
-    """Root gpu a on switch s (10 GB/s); gpus b and c behind s with the given bandwidths; d behind b at 1."""
+    """Root gpu a on switch s (10 GB/s); gpus b and c behind s with the given bandwidths; d behind b at 1
+    (gpus forward, so a path may run a -> s -> b -> d)."""
     return Topology.build("fan", ["a", "b", "c", "d"], ["s"],
-                          [("a", "s", 10.0, 0.0), ("s", "b", to_b, 0.0), ("s", "c", to_c, 0.0), ("b", "d", 1.0, 0.0)])
+                          [("a", "s", 10.0, 0.0), ("s", "b", to_b, 0.0), ("s", "c", to_c, 0.0), ("b", "d", 1.0, 0.0)],
+                          forwards=True)
 
 
 def _fan_broadcast(topology: Topology, forward_to_d: bool):

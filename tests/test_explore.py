@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from synth.algorithms import synthesize
-from synth.algorithms.utils import route
 from synth.cli import app
 from synth.cli.common import VERBOSITY
 from synth.collectives import Collective, Kind
@@ -27,6 +26,7 @@ from synth.evaluate import GIGA, PlanOptions, congestion
 from synth.explain import compress, critical_path, explain, levels, trees
 from synth.library import load_topology
 from synth.plan import make_plan
+from synth.routing import route
 from synth.schedule import Schedule, ScheduleBuilder, Transfer
 from synth.topology import Topology
 from synth.verify import verify

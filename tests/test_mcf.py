@@ -66,7 +66,7 @@ def test_schedules_verify_and_reach_the_lp_optimum_within_the_reported_loss(spec
 
 def test_gpu_relays_give_the_true_optimum_on_switchless_dgx1():
     topology = load_topology("dgx1")
-    with pytest.raises(InfeasibleError, match="through switches only"):
+    with pytest.raises(InfeasibleError, match="through switches and forwarding gpus only"):
         solve_alltoall_lp(topology, relays=False)
     flow = solve_alltoall_lp(topology)
     cut = alltoall_cut_bound(topology, flow)

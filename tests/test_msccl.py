@@ -194,15 +194,12 @@ def test_round_trip_every_algorithm(spec, kind, algorithm):
     except LimitError as error:
         assert "Fix:" in str(error)
         return
-    gpu_transit = any(topology.is_gpu(node) for t in schedule.transfers for node in t.path[1:-1])
-    if gpu_transit:  # the XML names only the ends of each message: refused on this topology, clearly
-        with pytest.raises(InputError, match="crosses switches only"):
-            import_msccl("rt.xml", topology, text=program.xml())
-        return
     back = import_msccl("rt.xml", topology, text=program.xml())
     verify(back, topology)
     key = sorted((t.src, t.dst, t.chunk, t.op) for t in schedule.transfers)
     assert sorted((t.src, t.dst, t.chunk, t.op) for t in back.transfers) == key
+    if spec.startswith("ring"):  # XML has no routes: the import picks among the ring's equal paths itself
+        return
     assert congestion(back, topology).seconds_per_byte == congestion(schedule, topology).seconds_per_byte
     assert evaluate(back, topology, MIB).time_s == pytest.approx(evaluate(schedule, topology, MIB).time_s, rel=1e-9)
 

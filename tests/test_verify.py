@@ -4,6 +4,7 @@ mutations never crash it, and whatever it accepts really is correct in every exe
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -13,7 +14,7 @@ from strategies import change, drop, mutations, replace_transfers, topologies
 
 from synth import Collective, Kind, Schedule, Transfer, VerificationError, load_topology, synthesize, verify
 from synth.algorithms import REGISTRY
-from synth.errors import SynthError
+from synth.errors import InputError, SynthError
 
 
 def rejected(schedule: Schedule, topology, transfer: int | None, *fragments: str) -> VerificationError:
@@ -266,17 +267,24 @@ def _reference_replay(schedule: Schedule, rng: random.Random) -> bool:
         for dep in set(t.deps):
             children[dep].append(t.id)
     done = 0
+    slot_chunk = {}  # (rank, "scratch", slot) -> the chunk it holds
     while ready:
         tid = ready.pop(rng.randrange(len(ready)))
         t = schedule.transfers[tid]
-        held = value.get((t.src, t.chunk), 0)
+        source = (t.src, t.chunk) if t.src_scratch is None else (t.src, "scratch", t.src_scratch)
+        target = (t.dst, t.chunk) if t.dst_scratch is None else (t.dst, "scratch", t.dst_scratch)
+        held = value.get(source, 0)
+        if t.src_scratch is not None and slot_chunk.get(source) != t.chunk:
+            return False
         if t.op == "reduce":
-            current = value.get((t.dst, t.chunk), 0)
-            if current & held:
+            current = value.get(target, 0)
+            if current & held or (t.dst_scratch is not None and slot_chunk.get(target) != t.chunk):
                 return False
-            value[(t.dst, t.chunk)] = current | held
+            value[target] = current | held
         else:
-            value[(t.dst, t.chunk)] = held
+            value[target] = held
+            if t.dst_scratch is not None:
+                slot_chunk[target] = t.chunk
         done += 1
         for child in children[tid]:
             waiting[child].discard(tid)
@@ -359,3 +367,104 @@ def test_reachability_matches_networkx_ancestors(data):
         ancestors = nx.ancestors(graph, b)
         for a in range(count):
             assert reach.before(a, b) == (a in ancestors), (a, b)
+
+
+# ------------------------------------------------------------- forwarding gpus, relays, scratch, local ops
+def _line(forwards: bool):
+    """Three gpus a - b - c in a line (no switch): a reaches c only through b."""
+    from synth.topology import Topology
+
+    return Topology.build("line", ["a", "b", "c"], [], [("a", "b", 10.0), ("b", "c", 10.0)], forwards=forwards)
+
+
+def _manual(kind: Kind, chunks: int, root: int | None, transfers: list[Transfer]) -> Schedule:
+    return Schedule(Collective(kind, 3, chunks, root), "line", ("a", "b", "c"), "manual", {}, tuple(transfers))
+
+
+def test_a_path_may_cross_a_gpu_only_where_the_gpu_forwards():
+    through_b = [Transfer(0, 0, 1, 0, "copy", ("a", "b")), Transfer(1, 0, 2, 0, "copy", ("a", "b", "c"))]
+    schedule = _manual(Kind.BROADCAST, 1, 0, through_b)
+    assert verify(schedule, _line(forwards=True)).transfers == 2
+    error = rejected(schedule, _line(forwards=False), 1, "path a -> b -> c crosses gpu b, which does not forward",
+                     "emit a relay: copy to b, then a dependent copy onward",
+                     "or mark the gpu as forwarding in the topology")
+    assert "\n" not in str(error)
+    # the relay: copy to b, then a dependent copy onward
+    relayed = [Transfer(0, 0, 1, 0, "copy", ("a", "b")), Transfer(1, 1, 2, 0, "copy", ("b", "c"), (0,))]
+    assert verify(_manual(Kind.BROADCAST, 1, 0, relayed), _line(forwards=False)).depth == 2
+
+
+def test_a_relayed_partial_sum_goes_through_scratch():
+    topology = _line(forwards=False)
+    # reduce to c: a's contribution relays through b's scratch slot 0, then b's own reduces into c
+    via_scratch = [Transfer(0, 0, 1, 0, "copy", ("a", "b"), (), None, 0),
+                   Transfer(1, 1, 2, 0, "reduce", ("b", "c"), (0,), 0, None),
+                   Transfer(2, 1, 2, 0, "reduce", ("b", "c"), (1,))]
+    assert verify(_manual(Kind.REDUCE, 1, 2, via_scratch), topology).transfers == 3
+    # through b's data cell instead, a's partial overwrites b's own contribution: b's is lost
+    via_data = [Transfer(0, 0, 1, 0, "copy", ("a", "b")), Transfer(1, 1, 2, 0, "reduce", ("b", "c"), (0,))]
+    rejected(_manual(Kind.REDUCE, 1, 2, via_data), topology, None, "postcondition", "rank(s) 0, 2")
+    # the scratch slot must be ordered like any cell: an unordered second write is a race
+    racy = [*via_scratch, Transfer(3, 0, 1, 0, "copy", ("a", "b"), (), None, 0)]
+    rejected(_manual(Kind.REDUCE, 1, 2, racy), topology, 3, "race on rank 1 scratch slot 0 (chunk 0)")
+
+
+def test_scratch_slots_hold_one_chunk_and_start_empty():
+    topology = _line(forwards=False)
+    empty = [Transfer(0, 1, 2, 0, "copy", ("b", "c"), (), 3, None)]
+    rejected(_manual(Kind.BROADCAST, 1, 1, empty), topology, 0, "rank 1 sends scratch slot 3 (chunk 0)",
+             "which it does not hold")
+    other = [Transfer(0, 0, 1, 1, "copy", ("a", "b"), (), None, 0), Transfer(1, 1, 2, 0, "copy", ("b", "c"), (0,), 0)]
+    rejected(_manual(Kind.BROADCAST, 2, 0, other), topology, 1, "from scratch slot 0, which holds chunk 1")
+    wrong_reduce = [Transfer(0, 0, 1, 1, "copy", ("a", "b"), (), None, 0),
+                    Transfer(1, 2, 1, 0, "reduce", ("c", "b"), (0,), None, 0)]
+    rejected(_manual(Kind.ALLREDUCE, 2, None, wrong_reduce), topology, 1,
+             "reduces chunk 0 into scratch slot 0 of rank 1, which holds chunk 1")
+    rejected(change(_manual(Kind.BROADCAST, 1, 0, empty), 0, dst_scratch=-1), topology, 0,
+             "dst_scratch -1 is not a scratch slot")
+
+
+def test_local_ops_copy_and_reduce_between_buffers_of_one_rank():
+    topology = _line(forwards=False)
+    # reduce at b, all-pairs style: a's and c's contributions land in b's scratch, then b reduces them
+    # locally into its data cell, one after the other
+    received = [Transfer(0, 0, 1, 0, "copy", ("a", "b"), (), None, 0), Transfer(1, 2, 1, 0, "copy", ("c", "b"), (), None, 1)]
+    local = [Transfer(2, 1, 1, 0, "reduce", ("b",), (0,), 0, None), Transfer(3, 1, 1, 0, "reduce", ("b",), (1, 2), 1, None)]
+    report = verify(_manual(Kind.REDUCE, 1, 1, received + local), topology)
+    assert (report.transfers, report.max_chunks_on_a_link) == (4, 1)  # local ops cross no link
+    unordered = [local[0], dataclasses.replace(local[1], deps=(1,))]
+    rejected(_manual(Kind.REDUCE, 1, 1, received + unordered), topology, 3, "race on rank 1 chunk 0")
+    # b copies its data to scratch, and sends the copy on
+    staged = [Transfer(0, 1, 1, 0, "copy", ("b",), (), None, 5), Transfer(1, 1, 0, 0, "copy", ("b", "a"), (0,), 5),
+              Transfer(2, 1, 2, 0, "copy", ("b", "c"), (0,), 5)]
+    assert verify(_manual(Kind.BROADCAST, 1, 1, staged), topology).depth == 2
+    rejected(_manual(Kind.BROADCAST, 1, 1, [dataclasses.replace(staged[0], path=("b", "a"))]), topology, 0,
+             "a local op on rank 1 (src == dst) has the path [b] (its gpu alone)")
+    rejected(_manual(Kind.BROADCAST, 1, 1, [dataclasses.replace(staged[0], dst_scratch=None)]), topology, 0,
+             "reads and writes the same buffer (data cell of chunk 0)")
+    rejected(_manual(Kind.BROADCAST, 1, 1, [dataclasses.replace(staged[0], src_scratch=5)]), topology, 0,
+             "reads and writes the same buffer (scratch slot 5)")
+
+
+def test_schedule_format_2_carries_scratch_and_local_ops_and_format_1_is_still_read(tmp_path):
+    relay = _manual(Kind.BROADCAST, 1, 1, [Transfer(0, 1, 1, 0, "copy", ("b",), (), None, 2),
+                                           Transfer(1, 1, 0, 0, "copy", ("b", "a"), (0,), 2, None),
+                                           Transfer(2, 1, 2, 0, "copy", ("b", "c"), (0,), 2, None)])
+    text = relay.to_json()
+    assert '"format": "synth.schedule/2"' in text and '"dst_scratch":2' in text and '"path":["b"]' in text
+    back = Schedule.from_json(text)
+    assert back == relay and back.scratch_slots() == [0, 3, 0]
+    verify(back, _line(forwards=False))
+    old = json.loads(synthesize(load_topology("ring:n=4"), "allgather", "ring").to_json())
+    old["format"] = "synth.schedule/1"
+    assert len(Schedule.from_dict(old).transfers) == 12
+    old["transfers"][0]["dst_scratch"] = 0
+    with pytest.raises(InputError, match="transfers.0.dst_scratch: scratch slots need format 'synth.schedule/2'"):
+        Schedule.from_dict(old, "old.json")
+    data = json.loads(text)
+    data["transfers"][0]["path"] = []
+    with pytest.raises(InputError, match=r"transfers.0.path: expected a list of at least 1 node id \(a local op"):
+        Schedule.from_dict(data)
+    data["transfers"][0]["path"], data["transfers"][0]["dst_scratch"] = ["b"], -2
+    with pytest.raises(InputError, match="transfers.0.dst_scratch: expected a scratch slot"):
+        Schedule.from_dict(data)

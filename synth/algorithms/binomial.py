@@ -3,12 +3,13 @@
 Ranks are renumbered relative to the root; in round k every rank with relative index i < 2^k that
 holds the data sends it to i + 2^k. Reduce runs the same tree backwards, each rank reducing its
 children's partial sums in order before passing its own on. Every chunk follows the same tree, so
-several chunks pipeline down it.
+several chunks pipeline down it. A tree edge between gpus that no path through switches and forwarding
+gpus joins goes through relay gpus' scratch (:func:`synth.algorithms.utils.send`).
 """
 
 from __future__ import annotations
 
-from synth.algorithms.utils import make_collective, route
+from synth.algorithms.utils import make_collective, send
 from synth.collectives import Kind
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
 from synth.topology import Topology
@@ -48,12 +49,12 @@ def binomial(topology: Topology, kind: Kind, *, chunks: int | None = None, root:
             arrived: dict[int, int] = {}
             for _, parent, child in edges:
                 deps = [arrived[parent]] if parent in arrived else []
-                arrived[child] = builder.add(parent, child, chunk, route(topology, parent, child), COPY, deps)
+                arrived[child] = send(builder, topology, parent, child, chunk, COPY, deps)
         else:
             last_into: dict[int, int] = {}
             for _, parent, child in reversed(edges):
                 deps = [last_into[child]] if child in last_into else []
                 if parent in last_into:
                     deps.append(last_into[parent])
-                last_into[parent] = builder.add(child, parent, chunk, route(topology, child, parent), REDUCE, deps)
+                last_into[parent] = send(builder, topology, child, parent, chunk, REDUCE, deps)
     return builder.build()

@@ -9,7 +9,8 @@
 
 Rounds are lock-step (a transfer depends on the previous round of both its endpoints), as in MPI
 implementations; the final local rotation of the classic formulation is free here because chunk ids
-are global.
+are global. A message between gpus that no path through switches and forwarding gpus joins goes through
+relay gpus' scratch (see :class:`synth.algorithms.rhd.LockstepRounds`).
 """
 
 from __future__ import annotations

@@ -1,39 +1,52 @@
 """Direct algorithms: every rank sends its data straight to every rank that needs it.
 
 Alltoall is the pairwise exchange; allgather sends each owned chunk to all others. Every message takes
-the shortest path (through switches only when possible).
+the shortest path through switches and forwarding gpus (:func:`synth.routing.route`). A pair with no
+such path (two gpus without a link on an NVLink mesh, say) goes through relay gpus
+(:func:`synth.routing.relay_chain`): for allgather the relay is a rank that receives the chunk anyway,
+so it forwards what it received (each rank still receives each chunk once: per owner the transfers form
+a shortest-path tree); for alltoall the chunk passes through a scratch slot of each relay.
 """
 
 from __future__ import annotations
 
-from synth.algorithms.utils import make_collective, route
+from synth.algorithms.utils import make_collective, send
 from synth.collectives import Kind
+from synth.routing import relay_chain, route
 from synth.schedule import Schedule, ScheduleBuilder
 from synth.topology import Topology
 
 
 def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None) -> Schedule:
-    """Direct allgather or alltoall; all transfers start at once (no deps).
+    """Direct allgather or alltoall; transfers start at once (no deps) except relays' onward copies.
 
     Examples
     --------
     >>> from synth.library import load_topology
     >>> len(direct(load_topology("switch:n=4"), Kind.ALLTOALL).transfers)  # N (N-1) pairs
     12
+    >>> s = direct(load_topology("dgx1"), Kind.ALLGATHER)
+    >>> len(s.transfers), sum(1 for t in s.transfers if t.deps)  # 8 x 7 receptions, 8 x 3 of them relayed
+    (56, 24)
     """
     n = topology.num_ranks
     coll = make_collective(topology, kind, chunks, root, default_chunks=n)
     builder = ScheduleBuilder(coll, topology.name, topology.gpus, "direct", {"chunks": coll.chunks})
     per = coll.chunks_per_rank
     for src in range(n):
-        for dst in range(n):
-            if src == dst:
-                continue
-            path = route(topology, src, dst)
-            if kind == Kind.ALLGATHER:
-                for chunk in range(src * per, (src + 1) * per):
-                    builder.add(src, dst, chunk, path)
-            else:
-                for local in range(dst * per, (dst + 1) * per):
-                    builder.add(src, dst, src * coll.chunks + local, path)
+        if kind == Kind.ALLGATHER:
+            # relay chains from one source are prefix-closed: receive from the last relay, which got it first
+            chains = sorted((relay_chain(topology, src, dst) for dst in range(n) if dst != src), key=lambda c: (len(c), c))
+            arrival: dict[tuple[int, int], int] = {}
+            for chain in chains:
+                sender, dst = chain[-2], chain[-1]
+                path = route(topology, sender, dst)
+                for local in range(src * per, (src + 1) * per):
+                    deps = [arrival[(sender, local)]] if sender != src else []
+                    arrival[(dst, local)] = builder.add(sender, dst, local, path, "copy", deps)  # type: ignore[arg-type]
+        else:
+            for dst in range(n):
+                if dst != src:
+                    for local in range(dst * per, (dst + 1) * per):
+                        send(builder, topology, src, dst, src * coll.chunks + local)
     return builder.build()

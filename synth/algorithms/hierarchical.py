@@ -21,9 +21,10 @@ from collections.abc import Sequence
 import networkx as nx
 
 from synth.algorithms.multidim import grid_schedule
-from synth.algorithms.utils import direct_neighbors, hamiltonian_cycle
+from synth.algorithms.utils import hamiltonian_cycle
 from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable
+from synth.routing import neighbors
 from synth.schedule import Schedule
 from synth.topology import Topology
 
@@ -119,7 +120,8 @@ def _box_ring(topology: Topology, members: list[int]) -> list[int]:
                          and graph.has_edge(v, topology.gpus[r])} for r in members}
     cycle = hamiltonian_cycle(direct, budget=20_000)
     if cycle is None:
-        switched = {local[r]: {local[v] for v in direct_neighbors(topology, r) if v in inside} for r in members}
+        switched = {local[r]: {local[v] for v in neighbors(topology, r, via_gpus=False) if v in inside}
+                    for r in members}
         switched = {a: {b for b in nbrs if a in switched[b]} for a, nbrs in switched.items()}
         cycle = hamiltonian_cycle(switched, budget=20_000)
     return cycle if cycle is not None else list(range(len(members)))

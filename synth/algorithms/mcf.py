@@ -18,7 +18,8 @@ so there are N commodities instead of N², each with a flow variable per directe
 
 Gpus as relays
 --------------
-The constraint at a gpu v ≠ s lets v forward what it does not keep, which is store-and-forward relaying.
+The constraint at a gpu v ≠ s lets v forward what it does not keep, which is store-and-forward relaying
+(cut-through where the topology marks v as forwarding).
 This is what gives the *true* optimum of the bandwidth model: any schedule, relayed or not, is a flow of
 this form, so forbidding relays (``relays=False``: gpus are pure endpoints, flow may leave a gpu only
 from its own commodity) can only lower λ, and on switchless topologies such as DGX-1 it leaves pairs
@@ -67,9 +68,10 @@ from typing import Any
 import networkx as nx
 
 from synth import limits
-from synth.algorithms.utils import make_collective, route
+from synth.algorithms.utils import make_collective
 from synth.collectives import Kind
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable, SynthError
+from synth.routing import chain_paths, neighbors
 from synth.schedule import Schedule, ScheduleBuilder
 from synth.topology import Topology
 
@@ -221,7 +223,8 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
     if not relays:
         _check_switch_reachability(topology)
 
-    # Variables per commodity s: links that do not enter s, and (without relays) do not leave another gpu.
+    # Variables per commodity s: links that do not enter s, and (without relays) do not leave another gpu
+    # unless that gpu forwards.
     usable: list[list[int]] = []
     for s in range(n):
         source = topology.gpus[s]
@@ -229,7 +232,7 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
         for index, (u, v) in enumerate(edges):
             if v == source:
                 continue
-            if not relays and u in gpu_rank and u != source:
+            if not relays and u in gpu_rank and u != source and not topology.forwards(u):
                 continue
             chosen.append(index)
         usable.append(chosen)
@@ -314,16 +317,16 @@ def _solve(solver: Any, topology: Topology, what: str) -> None:
 
 
 def _check_switch_reachability(topology: Topology) -> None:
-    """Without relays every pair needs a switch-only route; name a pair that has none."""
-    from synth.algorithms.utils import direct_neighbors
-
+    """Without relays every pair needs a route through switches and forwarding gpus; name a pair that has
+    none."""
     for src in topology.ranks:
-        reachable = set(direct_neighbors(topology, src))
+        reachable = set(neighbors(topology, src))
         for dst in topology.ranks:
             if dst != src and dst not in reachable:
                 raise InfeasibleError(
                     f"alltoall on {topology.name} without gpu relays: rank {dst} ({topology.gpus[dst]}) cannot be "
-                    f"reached from rank {src} ({topology.gpus[src]}) through switches only; allow relays=true")
+                    f"reached from rank {src} ({topology.gpus[src]}) through switches and forwarding gpus only; "
+                    "allow relays=true")
 
 
 def _decompose(topology: Topology, source_rank: int, values: dict[int, float], edges: list[tuple[str, str]],
@@ -357,7 +360,8 @@ def _decompose(topology: Topology, source_rank: int, values: dict[int, float], e
             remaining -= amount
         if remaining > 1e-7 * rate:
             # numerical leftovers of the LP: route the rest on the default shortest path
-            fallback = route(topology, source_rank, dst_rank)
+            hops = chain_paths(topology, source_rank, dst_rank)
+            fallback = hops[0] + tuple(node for hop in hops[1:] for node in hop[1:])
             found[fallback] = found.get(fallback, 0.0) + remaining
         total = sum(found.values())
         result[(source_rank, dst_rank)] = tuple((path, amount * rate / total) for path, amount in found.items())
@@ -701,7 +705,7 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
     for (src, dst), options in sorted(split.items()):
         local = dst * per_pair
         for path, count in options:
-            pieces = _split_at_gpus(path, rank_of)
+            pieces = _split_at_relays(topology, path)
             for _ in range(count):
                 chunk = src * coll.chunks + local
                 local += 1
@@ -711,16 +715,19 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
     return builder.build()
 
 
-def _split_at_gpus(path: tuple[str, ...], rank_of: Any) -> list[tuple[str, ...]]:
-    """Cut a node path at intermediate gpus: each piece is one store-and-forward transfer."""
+def _split_at_relays(topology: Topology, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Cut a node path at the intermediate gpus that do not forward: each piece is one store-and-forward
+    transfer (the relay holds the chunk in a data cell it has no other use for)."""
+    blocked = topology.non_forwarding_gpus
     pieces = []
     start = 0
     for index in range(1, len(path)):
-        if path[index] in rank_of:
+        if path[index] in blocked or index == len(path) - 1:
             pieces.append(path[start:index + 1])
             start = index
     return pieces
 
 
 def _segments_count(topology: Topology, path: tuple[str, ...]) -> int:
-    return sum(1 for node in path[1:] if node in topology.rank_of)
+    blocked = topology.non_forwarding_gpus
+    return 1 + sum(1 for node in path[1:-1] if node in blocked)

@@ -254,11 +254,12 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
 def _default_chunks_per_rank(topology: Topology, size: int) -> int:
     """2 when a gpu's share takes over 10 x the largest route latency on the slowest link (bandwidth
     dominates, and a second chunk per gpu lets transfers pipeline), else 1."""
-    from synth.algorithms.utils import route
+    from synth.routing import chain_paths
 
     slowest = min(float(d["bandwidth"]) for _, _, d in topology.graph.edges(data=True))
     share_us = size / topology.num_ranks / (slowest * 1e3)
-    latency = max(topology.path_latency(route(topology, 0, dst)) for dst in range(1, topology.num_ranks))
+    latency = max(sum(topology.path_latency(hop) for hop in chain_paths(topology, 0, dst))
+                  for dst in range(1, topology.num_ranks))
     return 2 if share_us > 10 * latency else 1
 
 

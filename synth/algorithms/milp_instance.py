@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from synth.algorithms.utils import route
 from synth.errors import InfeasibleError, InputError
+from synth.routing import route
 from synth.sketch import Sketch
 from synth.topology import Topology
 
@@ -233,8 +233,8 @@ def logical_links(topology: Topology, sketch: Sketch) -> list[LogicalLink]:
         for b in range(n):
             if a == b:
                 continue
-            path = route(topology, a, b)
-            if any(node in topology.rank_of for node in path[1:-1]):
+            path = route(topology, a, b, via_gpus=False)
+            if path is None:
                 continue  # reaches b only through another gpu: that is a relay, not a link
             inter = boxes is not None and boxes[a] != boxes[b]
             if inter and relays is not None:

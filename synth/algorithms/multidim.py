@@ -21,7 +21,9 @@ Per-chunk chains: each chunk c has a target rank q (its owner for reduce-scatter
 allreduce the data is cut into N equal shares, share q "owned" by rank q). In a reduce-scatter phase
 along d, every line that holds partial sums of c reduces them around its ring towards the member with
 x_d = q_d; an allgather phase copies c around the ring from that member. The engine,
-:func:`grid_schedule`, is shared with :mod:`synth.algorithms.hierarchical`.
+:func:`grid_schedule`, is shared with :mod:`synth.algorithms.hierarchical`. Ring neighbours that no path
+through switches and forwarding gpus joins exchange through relay gpus' scratch
+(:func:`synth.algorithms.utils.send`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
-from synth.algorithms.utils import OrderedBuilder, make_collective, route
+from synth.algorithms.utils import OrderedBuilder, make_collective, send
 from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule
@@ -91,7 +93,6 @@ def grid_schedule(topology: Topology, kind: Kind, sizes: Sequence[int], rank_at:
     coords_of = {rank: coords for coords, rank in rank_at.items()}
     per = coll.chunks // n
     builder = OrderedBuilder(coll, topology.name, topology.gpus, algorithm, params)
-    paths: dict[tuple[int, int], tuple[str, ...]] = {}
     rings: dict[tuple[int, tuple[int | None, ...]], list[int]] = {}
 
     def ring_of(d: int, line: tuple[int | None, ...]) -> list[int]:
@@ -103,10 +104,8 @@ def grid_schedule(topology: Topology, kind: Kind, sizes: Sequence[int], rank_at:
             rings[key] = values
         return rings[key]
 
-    def send(a: int, b: int, chunk: int, op: str) -> None:
-        if (a, b) not in paths:
-            paths[(a, b)] = route(topology, a, b)
-        builder.add(a, b, chunk, paths[(a, b)], op)  # type: ignore[arg-type]
+    def move(a: int, b: int, chunk: int, op: str) -> None:
+        send(builder, topology, a, b, chunk, op)  # type: ignore[arg-type]
 
     def lines(fixed: dict[int, int], d: int) -> list[tuple[int | None, ...]]:
         """Every line along d whose coordinates agree with ``fixed`` (dim -> value)."""
@@ -137,7 +136,7 @@ def grid_schedule(topology: Topology, kind: Kind, sizes: Sequence[int], rank_at:
                     t = ring.index(goal[d])
                     p = len(ring)
                     for step in range(p - 1):
-                        send(member(line, d, ring[(t + 1 + step) % p]), member(line, d, ring[(t + 2 + step) % p]),
+                        move(member(line, d, ring[(t + 1 + step) % p]), member(line, d, ring[(t + 2 + step) % p]),
                              chunk, REDUCE)
                 fixed[d] = goal[d]
         if kind in (Kind.ALLGATHER, Kind.ALLREDUCE):
@@ -149,7 +148,7 @@ def grid_schedule(topology: Topology, kind: Kind, sizes: Sequence[int], rank_at:
                     t = ring.index(goal[d])
                     p = len(ring)
                     for step in range(p - 1):
-                        send(member(line, d, ring[(t + step) % p]), member(line, d, ring[(t + step + 1) % p]),
+                        move(member(line, d, ring[(t + step) % p]), member(line, d, ring[(t + step + 1) % p]),
                              chunk, COPY)
     return builder.build()
 

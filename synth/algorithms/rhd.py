@@ -15,7 +15,8 @@ rank v (identity by default). Let p' be the largest power of two <= N and e = N 
 Rounds are lock-step, as in MPI implementations: every transfer of a round depends on the previous
 round's transfers of both its endpoints. So on a uniform network every round costs α + (bytes sent) β,
 and the times are the closed forms: reduce-scatter and allgather log2(p)·α + ((p-1)/p)·n·β, allreduce
-2·log2(p)·α + 2((p-1)/p)·n·β.
+2·log2(p)·α + 2((p-1)/p)·n·β. Partners that no path through switches and forwarding gpus joins exchange
+through relay gpus' scratch (:func:`synth.algorithms.utils.send`).
 
 On an EFLOPS BiGraph (two switch layers, complete bipartite, m hosts on each of s + s switches, s and
 m powers of two, m <= s), :func:`rhd_mapping` gives the contention-free rank mapping: the layer of a
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from synth.algorithms.utils import OrderedBuilder, make_collective, route
+from synth.algorithms.utils import OrderedBuilder, make_collective, relay_free_mapping, send
 from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule
@@ -146,12 +147,32 @@ def rhd_mapping(topology: Topology) -> list[int]:
     return mapping
 
 
+def exchange_pairs(n: int) -> list[tuple[int, int]]:
+    """The virtual rank pairs that exchange data in rhd on ``n`` ranks (folding and every round).
+
+    Examples
+    --------
+    >>> exchange_pairs(3)
+    [(0, 1), (1, 2)]
+    """
+    p2 = 1 << (n.bit_length() - 1)
+    extras = n - p2
+    rep = [2 * i + 1 if i < extras else i + extras for i in range(p2)]
+    pairs = [(2 * i, 2 * i + 1) for i in range(extras)]
+    for level in range(p2.bit_length() - 1):
+        pairs += [(rep[i], rep[i ^ (1 << level)]) for i in range(p2) if i < i ^ (1 << level)]
+    return pairs
+
+
 def _resolve_mapping(topology: Topology, mapping: Sequence[int] | str | None) -> tuple[list[int], str]:
     n = topology.num_ranks
     if mapping is None or mapping == "auto":
         try:
             return rhd_mapping(topology), "bigraph"
         except NotApplicable:
+            found = relay_free_mapping(topology, exchange_pairs(n))
+            if found is not None and found != list(range(n)):
+                return found, "relay-free"
             return list(range(n)), "identity"
     if mapping == "identity":
         return list(range(n)), "identity"
@@ -167,23 +188,20 @@ def _resolve_mapping(topology: Topology, mapping: Sequence[int] | str | None) ->
 class LockstepRounds:
     """Lock-step rounds over an :class:`OrderedBuilder`, as MPI-style algorithms run: every transfer of a
     round depends on the previous round's transfers of both its endpoints (call :meth:`end_round`
-    between rounds). Used by rhd and bruck."""
+    between rounds). A message between ranks that no forwarding path joins goes through relay gpus
+    (:func:`synth.algorithms.utils.send`); the round waits for its last hop. Used by rhd and bruck."""
 
     def __init__(self, builder: OrderedBuilder, topology: Topology) -> None:
         self.builder = builder
         self.topology = topology
         self.previous: dict[int, list[int]] = {}
         self.current: dict[int, list[int]] = {}
-        self.paths: dict[tuple[int, int], tuple[str, ...]] = {}
 
     def send(self, src: int, dst: int, chunks: Sequence[int], op: str) -> None:
         """Send ``chunks`` from rank ``src`` to rank ``dst`` in the current round (one message)."""
-        path = self.paths.get((src, dst))
-        if path is None:
-            path = self.paths[(src, dst)] = route(self.topology, src, dst)
         deps = self.previous.get(src, []) + self.previous.get(dst, [])
         for chunk in chunks:
-            tid = self.builder.add(src, dst, chunk, path, op, deps)  # type: ignore[arg-type]
+            tid = send(self.builder, self.topology, src, dst, chunk, op, deps)  # type: ignore[arg-type]
             self.current.setdefault(src, []).append(tid)
             self.current.setdefault(dst, []).append(tid)
 
@@ -207,7 +225,8 @@ def rhd(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
         of p', the largest power of two <= N (default p').
     mapping : "auto", "identity", "bigraph" or list of int, optional
         Virtual-to-physical rank mapping; ``auto`` (default) is the BiGraph contention-free mapping when
-        it applies, else the identity.
+        it applies, else the identity when every exchange needs no relay, else a mapping under which none
+        does if one is found (:func:`synth.algorithms.utils.relay_free_mapping`), else the identity.
 
     Examples
     --------

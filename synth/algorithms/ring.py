@@ -1,8 +1,10 @@
 """Ring allgather, reduce-scatter and allreduce, on one ring or several (channels).
 
-The ring follows a Hamiltonian cycle of switch-only hops when one exists (found deterministically);
-otherwise ranks in order, each hop along a shortest path. With C = m*N chunks every block of m chunks
-travels the ring independently, which pipelines large messages.
+The ring follows a Hamiltonian cycle of switch-only hops when one exists (found deterministically), else
+one of hops through switches and forwarding gpus; otherwise ranks in order, each hop along a shortest
+path, or through relay gpus where no path joins two neighbours without crossing a gpu that does not
+forward (:func:`synth.algorithms.utils.send`). With C = m*N chunks every block of m chunks travels the
+ring independently, which pipelines large messages.
 
 With ``channels=k`` (as NCCL runs several rings), the data is split into k equal parts and part i
 travels its own ring: even channels run a ring forward, odd channels the same ring backwards (so a
@@ -12,15 +14,10 @@ share no link with each other when the topology has such rings (else the rings r
 
 from __future__ import annotations
 
-from synth.algorithms.utils import (
-    direct_neighbors,
-    hamiltonian_cycle,
-    hamiltonian_ring,
-    make_collective,
-    route,
-)
+from synth.algorithms.utils import hamiltonian_cycle, hamiltonian_ring, make_collective, send
 from synth.collectives import Kind
 from synth.errors import InputError
+from synth.routing import neighbors
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
 from synth.topology import Topology
 
@@ -29,14 +26,20 @@ MAX_CHANNELS = 64
 
 
 def ring_order(topology: Topology, order: list[int] | None = None) -> list[int]:
-    """The rank order of the ring: ``order`` if given (validated), else a Hamiltonian cycle or 0..N-1."""
+    """The rank order of the ring: ``order`` if given (validated), else a Hamiltonian cycle (switch-only
+    hops, else hops through forwarding gpus too) or 0..N-1."""
     n = topology.num_ranks
     if order is not None:
         if (not isinstance(order, list | tuple) or not all(isinstance(r, int) and not isinstance(r, bool) for r in order)
                 or sorted(order) != list(range(n))):
             raise InputError("", "order", f"expected a permutation of 0..{n - 1}")
         return list(order)
-    return hamiltonian_ring(topology) or list(range(n))
+    found = hamiltonian_ring(topology)
+    if found is None and topology.non_forwarding_gpus != frozenset(topology.gpus):
+        adjacency = {r: set(neighbors(topology, r)) for r in range(n)}
+        adjacency = {a: {b for b in near if a in adjacency[b]} for a, near in adjacency.items()}
+        found = hamiltonian_cycle(adjacency, 100_000)
+    return found or list(range(n))
 
 
 def channel_rings(topology: Topology, channels: int, order: list[int] | None = None) -> list[list[int]]:
@@ -53,8 +56,8 @@ def channel_rings(topology: Topology, channels: int, order: list[int] | None = N
     cycles = [base]
     wanted = (channels + 1) // 2
     if wanted > 1 and n > 3:
-        neighbors = {r: set(direct_neighbors(topology, r)) for r in range(n)}
-        adjacency = {r: {v for v in neighbors[r] if r in neighbors[v]} for r in range(n)}
+        near = {r: set(neighbors(topology, r, via_gpus=False)) for r in range(n)}
+        adjacency = {r: {v for v in near[r] if r in near[v]} for r in range(n)}
         used: set[frozenset[int]] = set()
         while len(cycles) < wanted:
             for i, rank in enumerate(cycles[-1]):
@@ -113,12 +116,6 @@ def ring(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
     if channels > 1:
         params.update(channels=channels, orders=rings)
     builder = ScheduleBuilder(coll, topology.name, topology.gpus, "ring", params)
-    paths: dict[tuple[int, int], tuple[str, ...]] = {}
-    for positions in rings:
-        for i in range(n):
-            hop = (positions[i], positions[(i + 1) % n])
-            if hop not in paths:
-                paths[hop] = route(topology, *hop)
     where = [{rank: i for i, rank in enumerate(positions)} for positions in rings]
 
     for owner in range(n):
@@ -133,12 +130,10 @@ def ring(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
                 for step in range(n - 1):
                     a = positions[(start + 1 + step) % n]
                     b = positions[(start + 2 + step) % n]
-                    previous = builder.add(a, b, chunk, paths[(a, b)], REDUCE,
-                                           [] if previous is None else [previous])
+                    previous = send(builder, topology, a, b, chunk, REDUCE, [] if previous is None else [previous])
             if kind in (Kind.ALLGATHER, Kind.ALLREDUCE):
                 for step in range(n - 1):
                     a = positions[(start + step) % n]
                     b = positions[(start + step + 1) % n]
-                    previous = builder.add(a, b, chunk, paths[(a, b)], COPY,
-                                           [] if previous is None else [previous])
+                    previous = send(builder, topology, a, b, chunk, COPY, [] if previous is None else [previous])
     return builder.build()

@@ -14,12 +14,20 @@ Double binary tree (``shape="double"``, the default), as NCCL builds it over ran
 
 Binomial tree (``shape="binomial"``): reduce to rank 0 along a binomial tree, then broadcast back along
 it; with one chunk the time is 2·ceil(log2 N)·(α + n·β).
+
+The trees are built on virtual ranks; ``mapping[v]`` is the gpu that plays virtual rank v. By default
+(``mapping="auto"``) it is the identity when every tree edge joins two gpus without a relay, else a mapping
+that makes it so where one exists (:func:`synth.algorithms.utils.relay_free_mapping`: on DGX-1 both
+trees then run over NVLinks only). A tree edge between gpus that no path through switches and forwarding
+gpus joins still goes through relay gpus' scratch (:func:`synth.algorithms.utils.send`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from synth.algorithms.binomial import binomial_edges
-from synth.algorithms.utils import OrderedBuilder, make_collective, route
+from synth.algorithms.utils import OrderedBuilder, make_collective, relay_free_mapping, send
 from synth.collectives import Kind
 from synth.errors import InputError
 from synth.schedule import COPY, REDUCE, Schedule
@@ -77,19 +85,18 @@ class _TreeBuilder:
     each connection: a connection (a key such as (tree, src, dst), or src alone for one-port sends)
     carries its chunks one after another, which is what makes chunks pipeline down a tree."""
 
-    def __init__(self, builder: OrderedBuilder, topology: Topology) -> None:
+    def __init__(self, builder: OrderedBuilder, topology: Topology, mapping: list[int]) -> None:
         self.builder = builder
         self.topology = topology
-        self.paths: dict[tuple[int, int], tuple[str, ...]] = {}
+        self.mapping = mapping
         self.last: dict[object, int] = {}
 
     def add(self, src: int, dst: int, chunk: int, op: str, connection: object) -> None:
-        path = self.paths.get((src, dst))
-        if path is None:
-            path = self.paths[(src, dst)] = route(self.topology, src, dst)
+        """Add the transfer from virtual rank ``src`` to virtual rank ``dst`` on ``connection``."""
         previous = self.last.get(connection)
         deps = [] if previous is None else [previous]
-        self.last[connection] = self.builder.add(src, dst, chunk, path, op, deps)  # type: ignore[arg-type]
+        self.last[connection] = send(self.builder, self.topology, self.mapping[src], self.mapping[dst], chunk,
+                                     op, deps)  # type: ignore[arg-type]
 
 
 def _add_tree_chunk(adder: _TreeBuilder, parents: list[int | None], chunk: int, tree_index: int) -> None:
@@ -114,7 +121,7 @@ def _add_tree_chunk(adder: _TreeBuilder, parents: list[int | None], chunk: int, 
 
 
 def tree(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
-         shape: str = "double") -> Schedule:
+         shape: str = "double", mapping: Sequence[int] | str = "auto") -> Schedule:
     """Tree allreduce: NCCL's double binary tree (default) or a binomial tree.
 
     Parameters
@@ -127,6 +134,9 @@ def tree(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         16). Binomial: default 1.
     shape : {"double", "binomial"}
         The tree shape.
+    mapping : "auto", "identity" or list of int
+        The gpu playing each virtual rank (see the module docstring); ``params["mapping"]`` records it
+        when it is not the identity.
 
     Examples
     --------
@@ -139,14 +149,25 @@ def tree(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         raise InputError("", "shape", f"expected one of {', '.join(SHAPES)}, got {shape!r}")
     n = topology.num_ranks
     coll = make_collective(topology, kind, chunks, root, default_chunks=16 if shape == "double" else 1)
+    if shape == "double":
+        trees = double_binary_tree(n)
+        shape_parents = [trees[0], trees[1]]
+    else:
+        binomial_parents: list[int | None] = [None] * n
+        for _, parent, child in binomial_edges(n, 0):
+            binomial_parents[child] = parent
+        shape_parents = [binomial_parents]
+    tree_edges = [(r, p) for parents in shape_parents for r, p in enumerate(parents) if p is not None]
+    physical = _resolve_mapping(topology, mapping, tree_edges)
     params: dict[str, object] = {"shape": shape, "chunks": coll.chunks}
+    if physical != list(range(n)):
+        params["mapping"] = physical
     builder = OrderedBuilder(coll, topology.name, topology.gpus, "tree", params)
-    adder = _TreeBuilder(builder, topology)
+    adder = _TreeBuilder(builder, topology, physical)
     if shape == "double":
         if coll.chunks % 2:
             raise InputError("", "chunks", f"the double binary tree needs an even chunk count (half per tree), "
                              f"got {coll.chunks}")
-        trees = double_binary_tree(n)
         params["parents"] = [list(trees[0]), list(trees[1])]
         half = coll.chunks // 2
         for chunk in range(coll.chunks):
@@ -164,3 +185,15 @@ def tree(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
             for _, parent, child in edges:
                 adder.add(parent, child, chunk, COPY, parent)
     return builder.build()
+
+
+def _resolve_mapping(topology: Topology, mapping: Sequence[int] | str, edges: list[tuple[int, int]]) -> list[int]:
+    n = topology.num_ranks
+    if mapping == "auto":
+        return relay_free_mapping(topology, edges) or list(range(n))
+    if mapping == "identity":
+        return list(range(n))
+    if isinstance(mapping, str) or not isinstance(mapping, Sequence) or sorted(
+            v for v in mapping if isinstance(v, int) and not isinstance(v, bool)) != list(range(n)):
+        raise InputError("", "mapping", f"expected 'auto', 'identity' or a permutation of 0..{n - 1}, got {mapping!r}")
+    return list(mapping)

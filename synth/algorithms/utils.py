@@ -1,14 +1,16 @@
-"""Shared helpers for algorithms: routing between gpus, rank orders, collective set-up."""
+"""Shared helpers for algorithms: relayed sends, rank orders, collective set-up, ordered building.
+
+Routing itself (paths through forwarding nodes, relay chains) is a property of the topology and lives in
+:mod:`synth.routing`."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import Any, Literal
 
 from synth.collectives import ROOTED, Collective, Kind
-from synth.errors import InputError, NotApplicable
+from synth.errors import InputError
+from synth.routing import chain_paths, neighbors, relay_chain
 from synth.schedule import ScheduleBuilder
 from synth.topology import Topology
 
@@ -28,56 +30,6 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
 
     limits.check_transfers(limits.min_transfers(kind, n, chunks), f"{kind} on {n} gpus with {chunks} chunks")
     return collective
-
-
-@lru_cache(maxsize=128)
-def _routes(topology: Topology, source: str, through_gpus: bool) -> dict[str, tuple[str, ...]]:
-    """Shortest paths (fewest hops, then widest bottleneck, then node order) from ``source`` to every gpu.
-    Unless ``through_gpus``, paths enter only switches on the way (gpus may only be path ends)."""
-    graph = topology.graph
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    best: dict[str, tuple[int, float, tuple[str, ...]]] = {source: (0, float("inf"), (source,))}
-    queue = deque([source])
-    while queue:
-        node = queue.popleft()
-        hops, width, path = best[node]
-        if not through_gpus and node != source and topology.is_gpu(node):
-            continue
-        for nxt in sorted(graph.successors(node), key=order.__getitem__):
-            candidate = (hops + 1, min(width, topology.bandwidth(node, nxt)), path + (nxt,))
-            known = best.get(nxt)
-            if known is None:
-                best[nxt] = candidate
-                queue.append(nxt)
-            elif known[0] == candidate[0] and candidate[1] > known[1]:
-                best[nxt] = candidate
-    return {node: entry[2] for node, entry in best.items() if node != source and topology.is_gpu(node)}
-
-
-def _switch_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
-    return _routes(topology, source, False)
-
-
-def _any_routes(topology: Topology, source: str) -> dict[str, tuple[str, ...]]:
-    return _routes(topology, source, True)
-
-
-def route(topology: Topology, src: int, dst: int) -> tuple[str, ...]:
-    """A deterministic shortest path from rank ``src`` to rank ``dst``: through switches only when
-    possible, otherwise through other gpus (which then forward the bytes)."""
-    a, b = topology.gpus[src], topology.gpus[dst]
-    path = _switch_routes(topology, a).get(b)
-    if path is None:
-        path = _any_routes(topology, a).get(b)
-    if path is None:  # connectivity is checked on load, so this is a bug
-        raise NotApplicable(f"no path from {a} to {b}")
-    return path
-
-
-def direct_neighbors(topology: Topology, rank: int) -> list[int]:
-    """Ranks reachable from ``rank`` through switches only (no other gpu on the way), in rank order."""
-    routes = _switch_routes(topology, topology.gpus[rank])
-    return sorted(topology.rank_of[g] for g in routes)
 
 
 def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> list[int] | None:
@@ -132,45 +84,120 @@ def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> 
 def hamiltonian_ring(topology: Topology, budget: int = 200_000) -> list[int] | None:
     """A cycle through every rank using switch-only hops (see :func:`hamiltonian_cycle`), or None."""
     n = topology.num_ranks
-    adjacency = {rank: set(direct_neighbors(topology, rank)) for rank in range(n)}
+    adjacency = {rank: set(neighbors(topology, rank, via_gpus=False)) for rank in range(n)}
     if any(not neighbours for neighbours in adjacency.values()):
         return None
     if all(len(neighbours) == n - 1 for neighbours in adjacency.values()):
         return list(range(n))
     return hamiltonian_cycle(adjacency, budget)
-    if all(len(adj) == n - 1 for adj in adjacency):
+
+
+def relay_free_mapping(topology: Topology, pairs: Iterable[tuple[int, int]], budget: int = 50_000) -> list[int] | None:
+    """A rank mapping under which every virtual pair talks without a relay, or None.
+
+    ``pairs`` are the (virtual) rank pairs an algorithm exchanges data between, in both directions.
+    Returns ``mapping`` with ``mapping[v]`` the physical rank playing virtual rank v such that a path
+    through switches and forwarding gpus joins ``mapping[a]`` and ``mapping[b]`` both ways for every
+    pair: the identity when it works, else the first one a depth-first search finds (virtual ranks in
+    breadth-first order from rank 0; for virtual rank v, physical rank v first, then the others in rank
+    order) within ``budget`` steps.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> relay_free_mapping(load_topology("ring:n=4,bandwidth=1"), [(0, 2), (1, 3)])  # ring gpus forward
+    [0, 1, 2, 3]
+    >>> relay_free_mapping(load_topology("dgx1"), [(0, 5), (5, 2)])  # no NVLink 0-5: 5 is played by 1
+    [0, 3, 2, 4, 5, 1, 6, 7]
+    """
+    n = topology.num_ranks
+    wanted: dict[int, set[int]] = {v: set() for v in range(n)}
+    for a, b in pairs:
+        if a != b:
+            wanted[a].add(b)
+            wanted[b].add(a)
+    near = [set(neighbors(topology, r)) for r in range(n)]
+    both = [{v for v in near[r] if r in near[v]} for r in range(n)]
+    if all(b in both[a] for a in range(n) for b in wanted[a]):
         return list(range(n))
-    start = 0
-    path = [start]
-    on_path = [False] * n
-    on_path[start] = True
+    order: list[int] = []
+    seen: set[int] = set()
+    for start in range(n):
+        if start in seen:
+            continue
+        seen.add(start)
+        queue = [start]
+        while queue:
+            v = queue.pop(0)
+            order.append(v)
+            for w in sorted(wanted[v] - seen):
+                seen.add(w)
+                queue.append(w)
+    mapping: list[int] = [-1] * n
+    used = [False] * n
     steps = 0
 
-    def candidates(node: int) -> list[int]:
-        free = [v for v in adjacency[node] if not on_path[v]]
-        return sorted(free, key=lambda v: (sum(1 for w in adjacency[v] if not on_path[w]), v))
+    def place(index: int) -> bool:
+        nonlocal steps
+        if index == n:
+            return True
+        v = order[index]
+        placed = [mapping[w] for w in wanted[v] if mapping[w] >= 0]
+        for physical in (v, *range(n)):  # the identity first, then rank order
+            steps += 1
+            if steps > budget:
+                return False
+            if used[physical] or not all(physical in both[p] for p in placed):
+                continue
+            mapping[v], used[physical] = physical, True
+            if place(index + 1):
+                return True
+            mapping[v], used[physical] = -1, False
+        return False
 
-    stack = [iter(candidates(start))]
-    while stack:
-        steps += 1
-        if steps > budget:
-            return None
-        if len(path) == n:
-            if start in adjacency[path[-1]]:
-                return path
-            on_path[path.pop()] = False
-            stack.pop()
-            continue
-        nxt = next(stack[-1], None)
-        if nxt is None:
-            stack.pop()
-            if len(path) > 1:
-                on_path[path.pop()] = False
-            continue
-        path.append(nxt)
-        on_path[nxt] = True
-        stack.append(iter(candidates(nxt)))
-    return None
+    import sys
+
+    limit = sys.getrecursionlimit()
+    if n + 100 > limit:
+        sys.setrecursionlimit(n + 100)
+    try:
+        return mapping if place(0) else None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def send(builder: ScheduleBuilder, topology: Topology, src: int, dst: int, chunk: int,
+         op: Literal["copy", "reduce"] = "copy", deps: Iterable[int] = (), *, src_scratch: int | None = None,
+         dst_scratch: int | None = None) -> int:
+    """Add the transfers that move ``chunk`` from rank ``src`` to rank ``dst`` and return the id of the
+    last one (the one that writes ``dst``).
+
+    One transfer when a path through switches and forwarding gpus joins them; otherwise a relay chain
+    (:func:`synth.routing.relay_chain`): a copy into a fresh scratch slot of the first relay gpu, a
+    dependent copy onward into the next one's, ..., and the last hop applies ``op``. Scratch keeps a
+    relayed partial sum away from the relay's own contribution. ``deps`` go on the first transfer.
+
+    Examples
+    --------
+    >>> from synth.collectives import Collective, Kind
+    >>> from synth.library import load_topology
+    >>> dgx1 = load_topology("dgx1")
+    >>> b = ScheduleBuilder(Collective(Kind.ALLREDUCE, 8, 1), dgx1.name, dgx1.gpus, "manual")
+    >>> send(b, dgx1, 0, 5, 0, "reduce")
+    1
+    >>> [(t.src, t.dst, t.op, t.dst_scratch, t.deps) for t in b.transfers]
+    [(0, 1, 'copy', 0, ()), (1, 5, 'reduce', None, (0,))]
+    """
+    paths = chain_paths(topology, src, dst)
+    if len(paths) == 1:
+        return builder.add(src, dst, chunk, paths[0], op, deps, src_scratch, dst_scratch)
+    chain = relay_chain(topology, src, dst)
+    at, slot, hop_deps = src, src_scratch, list(deps)
+    for relay, path in zip(chain[1:-1], paths, strict=False):
+        into = builder.new_scratch(relay)
+        tid = builder.add(at, relay, chunk, path, "copy", hop_deps, slot, into)
+        at, slot, hop_deps = relay, into, [tid]
+    return builder.add(at, dst, chunk, paths[-1], op, hop_deps, slot, dst_scratch)
 
 
 class OrderedBuilder(ScheduleBuilder):
@@ -178,7 +205,8 @@ class OrderedBuilder(ScheduleBuilder):
 
     Transfers are added in a valid sequential program order; each new transfer automatically depends on
     the last writer of the cell it reads, the last writer of the cell it writes, and every reader of the
-    cell it writes since that write (read-after-write, write-after-write, write-after-read). ``deps``
+    cell it writes since that write (read-after-write, write-after-write, write-after-read); a cell is a
+    data cell (rank, chunk) or a scratch slot of a rank. ``deps``
     passed to :meth:`add` are kept as extra ordering (for example lock-step rounds).
 
     Examples
@@ -197,16 +225,17 @@ class OrderedBuilder(ScheduleBuilder):
         self._readers: dict[tuple[int, int], list[int]] = {}
 
     def add(self, src: int, dst: int, chunk: int, path: Iterable[str], op: Literal["copy", "reduce"] = "copy",
-            deps: Iterable[int] = ()) -> int:
+            deps: Iterable[int] = (), src_scratch: int | None = None, dst_scratch: int | None = None) -> int:
         """Append a transfer ordered after every earlier access it conflicts with; return its id."""
-        source, target = (src, chunk), (dst, chunk)
+        source = (src, chunk) if src_scratch is None else (src, -1 - src_scratch)
+        target = (dst, chunk) if dst_scratch is None else (dst, -1 - dst_scratch)
         needed = set(deps)
         for cell in (source, target):
             writer = self._last_writer.get(cell)
             if writer is not None:
                 needed.add(writer)
         needed.update(self._readers.get(target, ()))
-        tid = super().add(src, dst, chunk, path, op, needed)
+        tid = super().add(src, dst, chunk, path, op, needed, src_scratch, dst_scratch)
         self._readers.setdefault(source, []).append(tid)
         self._last_writer[target] = tid
         self._readers[target] = []

@@ -7,9 +7,9 @@
 - :mod:`synth.export.et`: the in-memory trace form shared by the Chakra files and the ``astra`` model.
 
 Both importers route messages with :class:`RouteBalancer`: a file names only the two ends of a
-message, so each one takes a shortest path through switches only (never through another gpu),
-choosing among equal paths the one whose busiest link is least loaded so far, then the lightest, then
-the first in node order, which is deterministic.
+message, so each one takes a shortest path through switches and forwarding gpus only (never through a
+gpu that does not forward: see :mod:`synth.routing`), choosing among equal paths the one whose busiest
+link is least loaded so far, then the lightest, then the first in node order, which is deterministic.
 """
 
 from __future__ import annotations
@@ -24,16 +24,14 @@ MAX_EQUAL_PATHS = 64
 
 
 class RouteBalancer:
-    """Shortest switch-only paths between ranks, balancing load among equal ones deterministically.
+    """Shortest paths between ranks through switches and forwarding gpus, balancing load among equal
+    ones deterministically.
 
     Parameters
     ----------
     topology : Topology
     source : str
         File name used in error messages.
-    allow_gpu_transit : bool
-        When no switch-only path exists, fall back to a shortest path through other gpus (the way
-        ASTRA-sim's Ring forwards through npus) instead of refusing.
 
     Examples
     --------
@@ -43,10 +41,9 @@ class RouteBalancer:
     ('gpu0', 'sw0', 'gpu3')
     """
 
-    def __init__(self, topology: Topology, source: str = "", allow_gpu_transit: bool = False) -> None:
+    def __init__(self, topology: Topology, source: str = "") -> None:
         self.topology = topology
         self.source = source
-        self.allow_gpu_transit = allow_gpu_transit
         self.load: dict[tuple[str, str], int] = {}
         self._order = {node: i for i, node in enumerate(topology.graph.nodes)}
         self._candidates: dict[tuple[int, int], list[tuple[str, ...]]] = {}
@@ -58,7 +55,7 @@ class RouteBalancer:
         queue = deque([src])
         while queue:
             node = queue.popleft()
-            if node != src and (node == dst or self.topology.is_gpu(node)):
+            if node != src and (node == dst or not self.topology.forwards(node)):
                 continue
             if dst in distance and distance[node] >= distance[dst]:
                 continue
@@ -93,14 +90,11 @@ class RouteBalancer:
         if candidates is None:
             candidates = self._shortest(topology.gpus[src], topology.gpus[dst])
             if not candidates:
-                if not self.allow_gpu_transit:
-                    raise InputError(self.source, "", f"no path from rank {src} ({topology.gpus[src]}) to rank {dst} "
-                                     f"({topology.gpus[dst]}) on topology {topology.name!r} that crosses switches "
-                                     "only: the file names only the two ends of each message, so every pair that "
-                                     "communicates needs a direct link or a path through switches")
-                from synth.algorithms.utils import route
-
-                candidates = [route(topology, src, dst)]
+                raise InputError(self.source, "", f"no path from rank {src} ({topology.gpus[src]}) to rank {dst} "
+                                 f"({topology.gpus[dst]}) on topology {topology.name!r} through switches and "
+                                 "forwarding gpus only: the file names only the two ends of each message, so every "
+                                 "pair that communicates needs a direct link or such a path (a gpu that routes "
+                                 "traffic, such as a torus chip, can be marked \"forwards\": true in the topology)")
             self._candidates[key] = candidates
         if len(candidates) == 1:
             best = candidates[0]

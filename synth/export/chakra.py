@@ -339,7 +339,7 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
     count = len(send_by_tid)
     if sorted(send_by_tid) != list(range(count)) or sorted(recv_by_tid) != list(range(count)):
         raise InputError(source, "transfer", f"expected transfer ids 0..{count - 1} on exactly one send and one recv")
-    balancer = RouteBalancer(topology, source, allow_gpu_transit=True)
+    balancer = RouteBalancer(topology, source)
     transfers = []
     for tid in range(count):
         src, send = send_by_tid[tid]
@@ -355,7 +355,11 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
         path = send.extras.get("path")
         if not valid_path(topology, path, src, dst):
             path = balancer.route(src, dst)
-        transfers.append(Transfer(tid, src, dst, send.extras["chunk"], op, tuple(path), tuple(deps)))
+        slots = [send.extras.get(name) for name in ("src_scratch", "dst_scratch")]
+        for name, slot in zip(("src_scratch", "dst_scratch"), slots, strict=True):
+            if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or slot < 0):
+                raise InputError(source, f"transfer {tid}.{name}", f"expected a scratch slot >= 0, got {slot!r}")
+        transfers.append(Transfer(tid, src, dst, send.extras["chunk"], op, tuple(path), tuple(deps), *slots))
     try:
         params = json.loads(metadata.get("params", "{}"))
     except (TypeError, ValueError):
@@ -485,7 +489,7 @@ def _import_foreign(program: EtProgram, metadata: dict[str, Any], kind: Kind, to
     collective = Collective(kind, n, chunks, root)
     ops = [REDUCE if collective.reducing and tid in comp_of else COPY for tid in range(count)]
 
-    balancer = RouteBalancer(topology, source, allow_gpu_transit=True)
+    balancer = RouteBalancer(topology, source)
     paths = [balancer.route(src, dst) for src, _, dst, _ in ends]
     send_side = [events_before(src, send_id, True) for src, send_id, _, _ in ends]
     recv_side = [events_before(dst, recv_id, True) for _, _, dst, recv_id in ends]

@@ -55,7 +55,7 @@ from synth.errors import InputError, LimitError
 from synth.export import NearestTouching
 from synth.proto import et_def
 from synth.proto.et_def import CollectiveCommType, NodeType
-from synth.schedule import REDUCE, Schedule
+from synth.schedule import REDUCE, Schedule, Transfer
 
 #: ``GlobalMetadata.version`` written into every file (nobody checks it; it must not be empty).
 ET_VERSION = "0.0.4"
@@ -81,7 +81,8 @@ class EtNode:
     """One node of a rank's trace.
 
     ``peer`` is ``comm_dst`` of a send and ``comm_src`` of a recv; ``extras`` are attributes the
-    simulator ignores (synth writes ``chunk``, ``transfer``, ``op``, ``deps`` and ``path``).
+    simulator ignores (synth writes ``chunk``, ``transfer``, ``op``, ``deps``, ``path`` and, where
+    a transfer uses scratch slots, ``src_scratch`` and ``dst_scratch``).
     """
 
     id: int
@@ -201,7 +202,7 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
         info = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if extras else {}
         send = EtNode(len(nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}", NodeType.COMM_SEND_NODE,
                       peer=t.dst, size=message, tag=tag, transfer=t.id,
-                      extras={**info, "deps": list(t.deps), "path": list(t.path)} if extras else {})
+                      extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if extras else {})
         nodes[t.src].append(send)
         recv = EtNode(len(nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}", NodeType.COMM_RECV_NODE,
                       peer=t.src, size=message, tag=tag, transfer=t.id, extras=dict(info))
@@ -261,6 +262,16 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
         metadata["ranks"] = list(schedule.ranks)
         metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)
     return EtProgram(n, nodes, metadata, dropped, {t.id: t.path for t in transfers})
+
+
+def _scratch(t: Transfer) -> dict[str, int]:
+    """The scratch slots a transfer reads or writes, as extras (absent: data cells)."""
+    slots = {}
+    if t.src_scratch is not None:
+        slots["src_scratch"] = t.src_scratch
+    if t.dst_scratch is not None:
+        slots["dst_scratch"] = t.dst_scratch
+    return slots
 
 
 def _plain(value: Any) -> Any:

@@ -234,6 +234,8 @@ def _lower_locations(schedule: Schedule) -> _Lowering:
         return ("s", slot)
 
     def write_loc(g: int, c: int) -> Location:
+        if c < 0:  # a scratch slot of the schedule: a slot of the scratch buffer of its own
+            return scratch_of(g, c)
         if kind in (Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST):
             return ("o", c)
         if kind == Kind.REDUCESCATTER:
@@ -252,7 +254,8 @@ def _lower_locations(schedule: Schedule) -> _Lowering:
     next_write_reduces: dict[int, bool] = {}
     for tid in order:
         t = schedule.transfers[tid]
-        source, target = (t.src, t.chunk), (t.dst, t.chunk)
+        source = (t.src, t.chunk) if t.src_scratch is None else (t.src, -1 - t.src_scratch)
+        target = (t.dst, t.chunk) if t.dst_scratch is None else (t.dst, -1 - t.dst_scratch)
         if source not in loc:
             raise InputError("", f"transfers.{tid}", f"rank {t.src} sends chunk {t.chunk} it never holds "
                              "(run synth verify)")
@@ -269,7 +272,7 @@ def _lower_locations(schedule: Schedule) -> _Lowering:
                 readers.setdefault(previous, []).append(tid)
         if previous is not None:
             next_write_reduces[previous] = t.op == REDUCE
-        dst_loc[tid] = write_loc(t.dst, t.chunk)
+        dst_loc[tid] = write_loc(*target)
         loc[target] = dst_loc[tid]
         writer[target] = tid
     final_writes = set()
