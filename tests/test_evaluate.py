@@ -249,7 +249,7 @@ def test_without_latency_a_sliced_forest_approaches_its_congestion_bound(spec, k
     ("dgx-a100:boxes=2", "allgather", "forest", 0.0), ("ring:n=6", "allreduce", "ring", 0.005),
     # consecutive steps share a link while both stream, and fair sharing between their slices reorders
     # them: like any greedy schedule, small anomalies (measured up to 2.4% between 4 and 5 slices)
-    ("dgx-a100:boxes=2", "allreduce", "hierarchical", 0.03), ("dgx1", "allreduce", "tree", 0.01)])
+    ("dgx-a100:boxes=2", "allreduce", "hierarchical", 0.03), ("dgx1", "allreduce", "tree", 0.02)])
 def test_with_latency_more_slices_inside_the_window_never_cost_time(spec, kind, algorithm, slack):
     topology = load_topology(spec)
     schedule = verified(synthesize(topology, kind, algorithm), topology)
