@@ -21,12 +21,13 @@ Metrics follow nccl-tests: algbw = n / t, busbw = algbw x factor (see :mod:`synt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from synth.errors import InputError
+from synth.errors import InputError, LimitError
 from synth.flow import simulate
 from synth.plan import AUTO_PROTOCOLS, PROTOCOL_COSTS, Plan, Protocol, make_plan, parse_protocol, pinned
 from synth.schedule import Schedule
@@ -34,6 +35,10 @@ from synth.topology import Topology
 
 GIGA = 10**9
 MICRO = 1e-6
+#: Most slice transfers (transfers x slices per chunk) one simulation may take: about a minute on one core
+#: (``python -m bench --only flow``). Past it the evaluator refuses with the estimate and the flags that
+#: lower it, rather than change the plan without a word.
+MAX_SLICE_TRANSFERS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,8 @@ def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int],
             raise InputError("", "size", f"expected a positive whole number of bytes, got {size!r}")
         bandwidth_time = report.time(size)
         plans = candidate_plans(schedule, size, chosen_model, options)
+        for plan in plans:
+            _check_work(schedule, size, plan)
         floor = {plan: bandwidth_time / float(plan.costs.efficiency) + plan.costs.base_latency_us * MICRO
                  for plan in plans}
         best: tuple[float, Plan] | None = None
@@ -219,6 +226,19 @@ def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int],
         algbw, busbw = metrics(schedule, size, seconds)
         results.append(Evaluation(size, seconds, algbw, busbw, bandwidth_time, model, plan))
     return results
+
+
+def _check_work(schedule: Schedule, size: int, plan: Plan) -> None:
+    work = len(schedule.transfers) * plan.slices
+    if work <= MAX_SLICE_TRANSFERS:
+        return
+    fewest = max(1, MAX_SLICE_TRANSFERS // max(1, len(schedule.transfers)))
+    chunk = size / schedule.collective.chunks
+    raise LimitError(
+        f"evaluating {schedule.algorithm} {schedule.kind} at {size} bytes under {plan.describe()}: "
+        f"{len(schedule.transfers)} transfers x {plan.slices} slices = {work:,} slice transfers, over the limit of "
+        f"{MAX_SLICE_TRANSFERS:,} (about a minute of simulation); ask for at most {fewest} slices per chunk "
+        f"(--slices {fewest}, or --slice-bytes {math.ceil(chunk / fewest)})")
 
 
 def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "flow",
