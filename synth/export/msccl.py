@@ -43,8 +43,10 @@ with ``cnt="0"`` and offsets -1. Routes: see :class:`synth.export.RouteBalancer`
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -733,6 +735,58 @@ def parse_xml(text: str, source: str = "") -> tuple[dict[str, str], list[dict[st
 
 RECEIVING = {"r": COPY, "rcs": COPY, "rrc": REDUCE, "rrs": REDUCE, "rrcs": REDUCE}
 FORWARDING = {"rcs", "rrs", "rrcs"}
+#: A buffer of one rank in the schedule IR: ``("d", chunk)`` is the data cell of a chunk,
+#: ``("s", slot)`` a scratch slot.
+Cell = tuple[str, int]
+
+
+@dataclass
+class _Record:
+    """A transfer or local op of the imported schedule, before renumbering."""
+
+    src: int
+    dst: int
+    chunk: int
+    op: str
+    deps: set[int]
+    src_cell: Cell | None = None
+    dst_cell: Cell | None = None
+    #: (log entry, emission order) where it got its final form; orders the renumbering
+    position: tuple[int, int] = (-1, -1)
+    #: a copy between two buffer locations that share one cell: no op in the schedule
+    elided: bool = False
+
+
+@dataclass
+class _Entry:
+    """One executed step for one chunk of its ``cnt``, in execution order.
+
+    ``send``: ``src`` is read for transfer ``record``. ``recv``: transfer ``record`` arrives and is
+    written to ``dst`` (None for ``rrs``), reduced with ``operand`` when it reduces, and sent on as
+    transfer ``forward`` by ``rcs``/``rrs``/``rrcs``. ``cpy``: ``dst`` takes ``src``. ``re``: ``dst``
+    becomes ``dst`` + ``src``. Local steps own the placeholder ``record``.
+    """
+
+    kind: str
+    gpu: int
+    record: int
+    chunk: int
+    src: Location | None = None
+    dst: Location | None = None
+    operand: Location | None = None
+    forward: int | None = None
+
+
+def _read_text(path: str | Path, source: str) -> str:
+    file = Path(path)
+    try:
+        if file.stat().st_size > MAX_XML_BYTES:
+            raise InputError(source, "", f"file is larger than {MAX_XML_BYTES} bytes")
+        return file.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(source, "", f"not valid UTF-8 at byte {error.start}") from None
 
 
 def import_msccl(path: str | Path, topology: Topology, topology_name: str | None = None,
@@ -740,24 +794,36 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
     """Read MSCCL XML into a verified schedule on ``topology`` (see the module docstring).
 
     Raises :class:`InputError` naming the element and attribute for malformed files, deadlocks, data
-    the program cannot hold, pairs of ranks with no switch-only path, or a result that is not the
-    declared collective.
+    the program cannot hold, pairs of ranks with no path through switches and forwarding gpus, custom
+    collectives, or a result that is not the declared collective.
+
+    Examples
+    --------
+    A two-gpu allreduce that gathers the peer's data in scratch and reduces it locally (``re``):
+
+    >>> from synth.library import load_topology
+    >>> tb = '<tb id="0" send="{p}" recv="{p}" chan="0">'
+    >>> steps = ('<step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="s" dstoff="0" cnt="1"/>'
+    ...          '<step s="1" type="r" srcbuf="i" srcoff="0" dstbuf="s" dstoff="0" cnt="1"/>'
+    ...          '<step s="2" type="re" srcbuf="s" srcoff="0" dstbuf="i" dstoff="0" cnt="1"/></tb>')
+    >>> gpus = "".join(f'<gpu id="{g}" i_chunks="1" o_chunks="0" s_chunks="1">' + tb.format(p=1 - g) + steps
+    ...                + "</gpu>" for g in (0, 1))
+    >>> xml = f'<algo name="pair" ngpus="2" coll="allreduce" nchunksperloop="1" inplace="1">{gpus}</algo>'
+    >>> s = import_msccl("pair.xml", load_topology("switch:n=2"), text=xml)
+    >>> [(t.src, t.dst, t.op, t.src_scratch, t.dst_scratch) for t in s.transfers]
+    [(0, 1, 'copy', None, 0), (1, 0, 'copy', None, 0), (0, 0, 'reduce', 0, None), (1, 1, 'reduce', 0, None)]
     """
     source = str(path)
     if text is None:
-        file = Path(path)
-        try:
-            if file.stat().st_size > MAX_XML_BYTES:
-                raise InputError(source, "", f"file is larger than {MAX_XML_BYTES} bytes")
-            text = file.read_bytes().decode("utf-8")
-        except OSError as error:
-            raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
-        except UnicodeDecodeError as error:
-            raise InputError(source, "", f"not valid UTF-8 at byte {error.start}") from None
+        text = _read_text(path, source)
     algo, buffers, tbs = parse_xml(text, source)
     n = len(buffers)
     if n != topology.num_ranks:
         raise InputError(source, "algo.ngpus", f"{n} gpus but topology {topology.name!r} has {topology.num_ranks}")
+    if algo.get("coll", "") == "custom":
+        raise InputError(source, "algo.coll", "a custom collective: the XML does not say what it computes (its pre- "
+                         "and postconditions), so synth cannot verify it; it imports allgather, reducescatter, "
+                         "allreduce, alltoall, broadcast and reduce")
     kind = parse_kind(algo.get("coll", ""), source, "algo.coll")
     first = buffers[0]
     if kind == Kind.ALLGATHER:
@@ -800,26 +866,71 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
             raise InputError(source, where, f"offset {off} is outside buffer {buf} of {counts[buf]} chunks")
         return (buf, off)
 
-    content: dict[tuple[int, Location], int] = {}
+    # where each chunk starts (the input buffer) and where it must end (the output buffer)
+    inputs: list[dict[Location, int]] = [{} for _ in range(n)]
+    homes: list[dict[Location, int]] = [{} for _ in range(n)]
     for g in range(n):
-        if kind in (Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.REDUCE):
-            for c in range(chunks):
-                content[(g, resolve(g, "i", c, f"gpu {g}"))] = c
-        elif kind == Kind.ALLGATHER:
-            for j in range(per):
-                content[(g, ("i", j) if buffers[g]["i"] else ("o", g * per + j))] = g * per + j
-        elif kind == Kind.ALLTOALL:
-            for j in range(chunks):
-                content[(g, resolve(g, "i", j, f"gpu {g}"))] = g * chunks + j
-        elif g == root:
-            for c in range(chunks):
-                content[(g, resolve(g, "i", c, f"gpu {g}"))] = c
+        for c, _ in collective.initial(g):
+            offset = c - g * per if kind == Kind.ALLGATHER else c - g * chunks if kind == Kind.ALLTOALL else c
+            inputs[g][resolve(g, "i", offset, f"gpu {g} (input of chunk {c})")] = c
+        for c, _ in collective.final(g):
+            if kind == Kind.REDUCESCATTER:
+                offset = c - g * per
+            elif kind == Kind.ALLTOALL:
+                offset = collective.origin(c) * per + c % chunks % per
+            else:
+                offset = c
+            homes[g][resolve(g, "o", offset, f"gpu {g} (output of chunk {c})")] = c
 
-    records: list[dict[str, Any]] = []
-    last_writer: dict[tuple[int, int], int] = {}
-    readers: dict[tuple[int, int], list[int]] = {}
+    home_of = [{c: location for location, c in gpu_homes.items()} for gpu_homes in homes]
+    records, log, content = _execute(source, tbs, resolve, inputs)
+    cells = _Cells(records, log, homes, inputs)
+    cells.run()
+    for g in range(n):
+        for c, _ in collective.final(g):
+            location = home_of[g][c]
+            if cells.cell.get((g, location)) != ("d", c):
+                held = content.get((g, location))
+                what = "is never written" if held is None else f"ends holding chunk {held}"
+                raise InputError(source, f"gpu {g}", f"buffer {location[0]}[{location[1]}] must end holding chunk {c} "
+                                 f"(the {kind}'s output) but it {what}")
+
+    order = _renumber(records, log, source)
+    number = {rid: k for k, rid in enumerate(order)}
+    balancer = RouteBalancer(topology, source)
+    transfers = []
+    for k, rid in enumerate(order):
+        r = records[rid]
+        assert r.src_cell is not None and r.dst_cell is not None
+        path = (topology.gpus[r.src],) if r.src == r.dst else balancer.route(r.src, r.dst)
+        transfers.append(Transfer(k, r.src, r.dst, r.chunk, r.op, path,  # type: ignore[arg-type]
+                                  tuple(sorted(number[d] for d in r.deps)),
+                                  None if r.src_cell[0] == "d" else r.src_cell[1],
+                                  None if r.dst_cell[0] == "d" else r.dst_cell[1]))
+    params = {"imported_from": "msccl", "name": algo.get("name", ""), "proto": algo.get("proto", ""),
+              "nchannels": algo.get("nchannels", "")}
+    schedule = Schedule(collective, topology_name or topology.name, topology.gpus, "msccl-import", params,
+                        tuple(transfers))
+    from synth.verify import verify
+
+    try:
+        verify(schedule, topology)
+    except VerificationError as error:
+        raise InputError(source, "", f"the program is not a correct {kind} in synth's model: {error}") from None
+    return schedule
+
+
+def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, int, str], Location],
+             inputs: list[dict[Location, int]]) -> tuple[list[_Record], list[_Entry], dict[tuple[int, Location], int]]:
+    """Run the program symbolically: threadblocks in step order, ``depid``/``deps`` waits, FIFO
+    connections per (sender, receiver, channel). Returns the records (one per chunk sent and per local
+    step), the log of executed steps, and which chunk each buffer location holds at the end."""
+    n = len(tbs)
+    content: dict[tuple[int, Location], int] = {(g, loc): c for g in range(n) for loc, c in inputs[g].items()}
+    records: list[_Record] = []
+    log: list[_Entry] = []
     queues: dict[tuple[int, int, int], deque[int]] = {}
-    # (gpu, tb index, step) -> transfers whose completion implies the step's (a step starts only after the
+    # (gpu, tb index, step) -> records whose completion implies the step's (a step starts only after the
     # previous step of its threadblock and its depid step complete; a send's transfer carries that)
     completed: dict[tuple[int, int, int], set[int]] = {}
     position = [[0] * len(gpu_tbs) for gpu_tbs in tbs]
@@ -829,16 +940,19 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
         if tb.send < 0:
             raise InputError(source, where, "sends, but its threadblock has send=\"-1\"")
         tid = len(records)
-        deps = set(before)
-        if (g, chunk) in last_writer:
-            deps.add(last_writer[(g, chunk)])
-        records.append({"src": g, "dst": tb.send, "chunk": chunk, "op": COPY, "deps": deps})
-        readers.setdefault((g, chunk), []).append(tid)
+        records.append(_Record(g, tb.send, chunk, COPY, set(before)))
         queues.setdefault((g, tb.send, tb.chan), deque()).append(tid)
         return tid
 
+    def holding(g: int, step: _XmlStep, k: int, where: str, verb: str) -> tuple[Location, int]:
+        location = resolve(g, step.srcbuf, step.srcoff + k, f"{where}.srcoff")
+        chunk = content.get((g, location))
+        if chunk is None:
+            raise InputError(source, where, f"{verb} buffer {location[0]}[{location[1]}], which holds no data yet")
+        return location, chunk
+
     def execute(g: int, k_tb: int, tb: _XmlTb, step: _XmlStep) -> bool:
-        """Run one step if it can run now; record the transfers whose completion implies its own."""
+        """Run one step if it can run now; record what its completion implies."""
         where = f"gpu {g} tb {tb.id} step {step.s}"
         before = set(completed[(g, k_tb, step.s - 1)]) if step.s else set()
         if step.depid != -1:
@@ -867,48 +981,50 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
             for k in range(step.cnt):
                 tid = queue.popleft()
                 record = records[tid]
-                chunk = record["chunk"]
+                chunk = record.chunk
                 destination = resolve(g, step.dstbuf, step.dstoff + k, f"{where}.dstoff")
+                operand = None
                 if RECEIVING[kind_] == REDUCE:
                     operand = resolve(g, step.srcbuf, step.srcoff + k, f"{where}.srcoff")
                     if content.get((g, operand)) != chunk:
                         raise InputError(source, where, f"reduces received chunk {chunk} with buffer {operand[0]}"
                                          f"[{operand[1]}], which holds {content.get((g, operand), 'nothing')}")
-                    record["op"] = REDUCE
-                cell = (g, chunk)
-                record["deps"].update(d for d in [last_writer.get(cell), *readers.get(cell, [])] if d is not None)
-                record["deps"].discard(tid)
-                last_writer[cell] = tid
-                readers[cell] = []
+                    record.op = REDUCE
+                forward = send(g, tb, chunk, where, before) if kind_ in FORWARDING else None
                 if kind_ != "rrs":
                     content[(g, destination)] = chunk
+                log.append(_Entry("recv", g, tid, chunk, None, None if kind_ == "rrs" else destination, operand,
+                                  forward))
                 received.append(tid)
-                if kind_ in FORWARDING:
-                    forwarded.append(send(g, tb, chunk, where, before))
+                if forward is not None:
+                    forwarded.append(forward)
             completed[key] = set(forwarded) if forwarded else before | set(received)
             return True
         if kind_ == "s":
             sent = []
             for k in range(step.cnt):
-                location = resolve(g, step.srcbuf, step.srcoff + k, f"{where}.srcoff")
-                chunk = content.get((g, location))
-                if chunk is None:
-                    raise InputError(source, where, f"sends buffer {location[0]}[{location[1]}], which holds no data yet")
-                sent.append(send(g, tb, chunk, where, before))
+                location, chunk = holding(g, step, k, where, "sends")
+                tid = send(g, tb, chunk, where, before)
+                log.append(_Entry("send", g, tid, chunk, location))
+                sent.append(tid)
             completed[key] = set(sent)
             return True
-        if kind_ == "cpy":
+        if kind_ in ("cpy", "re"):
+            done = set(before)
             for k in range(step.cnt):
-                location = resolve(g, step.srcbuf, step.srcoff + k, f"{where}.srcoff")
-                chunk = content.get((g, location))
-                if chunk is None:
-                    raise InputError(source, where, f"copies buffer {location[0]}[{location[1]}], which holds no data")
-                content[(g, resolve(g, step.dstbuf, step.dstoff + k, f"{where}.dstoff"))] = chunk
-            completed[key] = before
+                location, chunk = holding(g, step, k, where, "copies" if kind_ == "cpy" else "reduces")
+                destination = resolve(g, step.dstbuf, step.dstoff + k, f"{where}.dstoff")
+                if kind_ == "re" and content.get((g, destination)) != chunk:
+                    raise InputError(source, where, f"reduces buffer {location[0]}[{location[1]}] (chunk {chunk}) into "
+                                     f"buffer {destination[0]}[{destination[1]}], which holds "
+                                     f"{content.get((g, destination), 'nothing')}")
+                rid = len(records)
+                records.append(_Record(g, g, chunk, COPY if kind_ == "cpy" else REDUCE, set(before)))
+                content[(g, destination)] = chunk
+                log.append(_Entry(kind_, g, rid, chunk, location, destination))
+                done.add(rid)
+            completed[key] = done
             return True
-        if kind_ == "re":
-            raise InputError(source, where, "a local reduction step ('re'): synth's schedules have one value per "
-                             "(rank, chunk) and cannot express reducing two local buffers")
         raise InputError(source, f"{where}.type", f"unknown step type {kind_!r} (expected s, r, rcs, rrs, rrc, rrcs, "
                          "cpy, re or nop)")
 
@@ -924,30 +1040,252 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
                     finished += 1
                     progressed = True
     if finished < total:
-        stuck = next((g, tb, tb.steps[position[g][k]]) for g in range(n) for k, tb in enumerate(tbs[g])
-                     if position[g][k] < len(tb.steps))
-        g, tb, step = stuck
+        g, tb, step = next((g, tb, tb.steps[position[g][k]]) for g in range(n) for k, tb in enumerate(tbs[g])
+                           if position[g][k] < len(tb.steps))
         raise InputError(source, f"gpu {g} tb {tb.id} step {step.s}", "the program deadlocks here: it waits for a "
                          "dependency or a message that never comes")
     leftover = [(key, len(q)) for key, q in queues.items() if q]
     if leftover:
         (src, dst, chan), count = leftover[0]
         raise InputError(source, f"gpu {src}", f"{count} chunk(s) sent to gpu {dst} on channel {chan} are never received")
-    if not records:
+    if not any(r.src != r.dst for r in records):
         raise InputError(source, "", "the program moves no data")
-    balancer = RouteBalancer(topology, source)
-    transfers = tuple(Transfer(tid, r["src"], r["dst"], r["chunk"], r["op"], balancer.route(r["src"], r["dst"]),
-                               tuple(sorted(r["deps"]))) for tid, r in enumerate(records))
-    params = {"imported_from": "msccl", "name": algo.get("name", ""), "proto": algo.get("proto", ""),
-              "nchannels": algo.get("nchannels", "")}
-    schedule = Schedule(collective, topology_name or topology.name, topology.gpus, "msccl-import", params, transfers)
-    from synth.verify import verify
+    return records, log, content
 
-    try:
-        verify(schedule, topology)
-    except VerificationError as error:
-        raise InputError(source, "", f"the program is not a correct {kind} in synth's model: {error}") from None
-    return schedule
+
+class _Cells:
+    """Second pass of the import: which buffer of the schedule IR holds each buffer location's value.
+
+    A location that must end holding chunk ``c`` (its *home*: the output position of ``c``) writes
+    the data cell of ``c``; every other location writes a scratch slot of its own. A chunk's input
+    location shares the data cell until the home is written. Copies between locations that share a
+    cell are no ops; a value that is overwritten while another location still reads it later is first
+    copied to that location's own slot (a local copy). A reduction writes in place when nothing reads
+    the old value later, else into a copy. Dependencies are the data hazards on these buffers in
+    execution order: a transfer or local op waits for the write of what it reads, and for the
+    previous write and the reads since of what it writes (plus the sender's program order).
+    """
+
+    def __init__(self, records: list[_Record], log: list[_Entry], homes: list[dict[Location, int]],
+                 inputs: list[dict[Location, int]]) -> None:
+        self.records = records
+        self.log = log
+        self.homes = homes
+        self.cell: dict[tuple[int, Location], Cell] = {}
+        self.aliases: dict[tuple[int, Cell], set[Location]] = {}
+        self.chunk_of: dict[tuple[int, Cell], int] = {}
+        self.slot_of: dict[tuple[int, Location], int] = {}
+        self.slots = [0] * len(homes)
+        self.last_writer: dict[tuple[int, Cell], int] = {}
+        self.readers: dict[tuple[int, Cell], list[int]] = {}
+        self.entry = -1
+        self.emitted = 0
+        # per location: the log entries that touch it, and whether each one reads it
+        self.touches: dict[tuple[int, Location], tuple[list[int], list[bool]]] = {}
+        for j, e in enumerate(log):
+            reads = {"send": (e.src,), "recv": (e.operand,), "cpy": (e.src,), "re": (e.src, e.dst)}[e.kind]
+            for location, read in [(e.dst, False)] + [(loc, True) for loc in reads]:
+                if location is None or (e.kind == "send" and not read):
+                    continue
+                indices, flags = self.touches.setdefault((e.gpu, location), ([], []))
+                if indices and indices[-1] == j:
+                    flags[-1] = flags[-1] or read
+                else:
+                    indices.append(j)
+                    flags.append(read)
+        for g, gpu_inputs in enumerate(inputs):
+            for location, chunk in gpu_inputs.items():
+                self.bind(g, location, ("d", chunk))
+                self.chunk_of[(g, ("d", chunk))] = chunk
+
+    # ------------------------------------------------------------------ state
+    def live(self, g: int, location: Location) -> bool:
+        """True when the location's value is read after the current entry, or is its final output."""
+        found = self.touches.get((g, location))
+        if found:
+            indices, flags = found
+            k = bisect_right(indices, self.entry)
+            if k < len(indices):
+                return flags[k]
+        return location in self.homes[g]
+
+    def bind(self, g: int, location: Location, cell: Cell) -> None:
+        self.unbind(g, location)
+        self.cell[(g, location)] = cell
+        self.aliases.setdefault((g, cell), set()).add(location)
+
+    def unbind(self, g: int, location: Location) -> None:
+        old = self.cell.pop((g, location), None)
+        if old is not None:
+            self.aliases[(g, old)].discard(location)
+
+    def scratch(self, g: int, location: Location | None = None) -> Cell:
+        """The scratch slot of ``location`` (a fresh one when None)."""
+        if location is not None and (g, location) in self.slot_of:
+            return ("s", self.slot_of[(g, location)])
+        slot = self.slots[g]
+        self.slots[g] += 1
+        if location is not None:
+            self.slot_of[(g, location)] = slot
+        return ("s", slot)
+
+    def target(self, g: int, location: Location, chunk: int) -> Cell:
+        """Where a new value of ``chunk`` at ``location`` goes."""
+        return ("d", chunk) if self.homes[g].get(location) == chunk else self.scratch(g, location)
+
+    # ------------------------------------------------------------------ hazards
+    def read(self, g: int, cell: Cell, rid: int) -> None:
+        writer = self.last_writer.get((g, cell))
+        if writer is not None and writer != rid:
+            self.records[rid].deps.add(writer)
+        self.readers.setdefault((g, cell), []).append(rid)
+
+    def write(self, g: int, cell: Cell, rid: int, chunk: int) -> None:
+        key = (g, cell)
+        deps = self.records[rid].deps
+        writer = self.last_writer.get(key)
+        if writer is not None:
+            deps.add(writer)
+        deps.update(self.readers.get(key, ()))
+        deps.discard(rid)
+        self.last_writer[key] = rid
+        self.readers[key] = []
+        self.chunk_of[key] = chunk
+
+    def finish(self, rid: int) -> None:
+        self.records[rid].position = (self.entry, self.emitted)
+        self.emitted += 1
+
+    def local(self, g: int, chunk: int, op: str, src: Cell, dst: Cell, rid: int | None = None) -> int:
+        """A local op (copy ``src`` to ``dst`` or reduce it into ``dst``); a new record unless ``rid``."""
+        if rid is None:
+            rid = len(self.records)
+            self.records.append(_Record(g, g, chunk, op, set()))
+        record = self.records[rid]
+        record.src_cell, record.dst_cell = src, dst
+        self.read(g, src, rid)
+        self.write(g, dst, rid, chunk)
+        self.finish(rid)
+        return rid
+
+    def evict(self, g: int, cell: Cell, keep: set[Location], reading: set[Location]) -> None:
+        """Before ``cell`` is overwritten: the other locations whose value it holds and that are read
+        later (or by the current step: ``reading``) move to their own slot; the rest lose their value."""
+        for location in sorted(self.aliases.get((g, cell), set()) - keep):
+            if location in reading or self.live(g, location):
+                slot = self.scratch(g, location)
+                if slot == cell:
+                    raise AssertionError("a location evicted from its own slot")
+                self.evict(g, slot, {location}, reading)
+                self.local(g, self.chunk_of[(g, cell)], COPY, cell, slot)
+                self.bind(g, location, slot)
+            else:
+                self.unbind(g, location)
+
+    def modifiable(self, g: int, operand: Location, dest: Location | None, chunk: int,
+                   reading: set[Location]) -> Cell:
+        """A cell that holds ``operand``'s value and may take ``dest``'s new value (a reduction's result)."""
+        held = self.cell[(g, operand)]
+        goal = self.target(g, dest, chunk) if dest is not None else None
+        keep = {dest} if dest is not None else set()
+        if held == goal:
+            self.evict(g, held, keep, reading)
+            return held
+        others = self.aliases[(g, held)] - keep
+        if (dest is None or self.homes[g].get(dest) != chunk) and \
+                not any(location in reading or self.live(g, location) for location in others):
+            for location in sorted(others):  # nobody reads the old value again: reduce in place
+                self.unbind(g, location)
+            return held
+        cell = goal if goal is not None else self.scratch(g)
+        self.evict(g, cell, keep, reading)
+        self.local(g, chunk, COPY, held, cell)
+        return cell
+
+    # ------------------------------------------------------------------ the pass
+    def run(self) -> None:
+        """Give every record its cells and dependencies, in execution order."""
+        records = self.records
+        for j, e in enumerate(self.log):
+            self.entry = j
+            g = e.gpu
+            record = records[e.record]
+            if e.kind == "send":
+                assert e.src is not None
+                record.src_cell = self.cell[(g, e.src)]
+                self.read(g, record.src_cell, e.record)
+            elif e.kind == "recv":
+                if record.op == COPY:
+                    assert e.dst is not None
+                    cell = self.target(g, e.dst, e.chunk)
+                    self.evict(g, cell, {e.dst}, set())
+                else:
+                    assert e.operand is not None
+                    cell = self.modifiable(g, e.operand, e.dst, e.chunk, set())
+                record.dst_cell = cell
+                self.write(g, cell, e.record, e.chunk)
+                self.finish(e.record)
+                if e.dst is not None:
+                    self.bind(g, e.dst, cell)
+                if e.forward is not None:
+                    records[e.forward].src_cell = cell
+                    self.read(g, cell, e.forward)
+            elif e.kind == "cpy":
+                assert e.src is not None and e.dst is not None
+                held = self.cell[(g, e.src)]
+                cell = self.target(g, e.dst, e.chunk)
+                if held == cell:  # the value is already there
+                    record.elided = True
+                    writer = self.last_writer.get((g, cell))
+                    if writer is not None:
+                        record.deps.add(writer)
+                else:
+                    self.evict(g, cell, {e.dst}, {e.src})
+                    self.local(g, e.chunk, COPY, held, cell, e.record)
+                self.bind(g, e.dst, cell)
+            else:  # re: dst += src
+                assert e.src is not None and e.dst is not None
+                cell = self.modifiable(g, e.dst, e.dst, e.chunk, {e.src})
+                held = self.cell[(g, e.src)]
+                if held == cell:  # a location reduced into itself: reduce a copy (the verifier reports it)
+                    held = self.scratch(g)
+                    self.local(g, e.chunk, COPY, cell, held)
+                self.local(g, e.chunk, REDUCE, held, cell, e.record)
+                self.bind(g, e.dst, cell)
+
+
+def _renumber(records: list[_Record], log: list[_Entry], source: str) -> list[int]:
+    """Records in a topological order of their deps (earliest finished first), elided copies replaced
+    by what they wait for."""
+    stands_for: dict[int, set[int]] = {}
+    for e in log:  # an elided copy waits only for records finished or elided before it
+        record = records[e.record]
+        if record.elided:
+            stands_for[e.record] = set().union(*(stands_for.get(d, {d}) for d in record.deps))
+    live = [rid for rid, r in enumerate(records) if not r.elided]
+    for rid in live:
+        record = records[rid]
+        if any(d in stands_for for d in record.deps):
+            record.deps = set().union(*(stands_for.get(d, {d}) for d in record.deps))
+    waiting = {rid: len(records[rid].deps) for rid in live}
+    children: dict[int, list[int]] = {}
+    for rid in live:
+        for d in records[rid].deps:
+            children.setdefault(d, []).append(rid)
+    ready = [(records[rid].position, rid) for rid in live if not waiting[rid]]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, rid = heapq.heappop(ready)
+        order.append(rid)
+        for child in children.get(rid, ()):
+            waiting[child] -= 1
+            if not waiting[child]:
+                heapq.heappush(ready, (records[child].position, child))
+    if len(order) != len(live):
+        raise InputError(source, "", "the program's steps wait for each other in a cycle in synth's model (a "
+                         "send is taken to complete when its data arrives)")
+    return order
 
 
 def iter_steps(program: MscclProgram) -> Iterator[tuple[int, int, _Step]]:
