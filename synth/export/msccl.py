@@ -313,7 +313,7 @@ def _local_deps(schedule: Schedule, tid: int, rank: int, cache: dict[tuple[int, 
 @dataclass
 class _Op:
     time: tuple[int, int]  # (2 level [+1 for a split recv], transfer id); copies (-1, -1)
-    kind: str  # "send", "recv" or "cpy"
+    kind: str  # "send", "recv", "local" (a local op of the schedule) or "cpy" (a buffer copy at the start)
     tid: int = -1
     copy: tuple[Location, Location] | None = None
 
@@ -333,6 +333,8 @@ def _split_ok(schedule: Schedule, lowering: _Lowering, chan: list[int]) -> bool:
     step ahead of recvs (which lets a ring fuse its recv with the next send) without a FIFO filling up."""
     seen: set[tuple[int, int, int, int]] = set()
     for t in schedule.transfers:
+        if t.src == t.dst:
+            continue
         key = (t.src, t.dst, chan[t.id], lowering.level[t.id])
         if key in seen:
             return False
@@ -372,12 +374,16 @@ def _build(schedule: Schedule, lowering: _Lowering, chan: list[int], split: bool
     weight: dict[tuple[int, int, int, int], int] = {}
     send_peers: dict[tuple[int, int], set[int]] = {}
     recv_peers: dict[tuple[int, int], set[int]] = {}
+    has_local = [False] * n
     for t in transfers:
+        if t.src == t.dst:
+            has_local[t.src] = True
+            continue
         send_peers.setdefault((t.src, chan[t.id]), set()).add(t.dst)
         recv_peers.setdefault((t.dst, chan[t.id]), set()).add(t.src)
         for dep in t.deps:
             d = transfers[dep]
-            if d.dst == t.src and d.chunk == t.chunk and chan[dep] == chan[t.id]:
+            if d.dst == t.src and d.src != d.dst and d.chunk == t.chunk and chan[dep] == chan[t.id]:
                 key = (t.src, chan[t.id], t.dst, d.src)
                 weight[key] = weight.get(key, 0) + 1
     tb_of: dict[tuple[int, int, str, int], int] = {}  # (gpu, channel, "send"/"recv", peer) -> tb index
@@ -411,7 +417,7 @@ def _build(schedule: Schedule, lowering: _Lowering, chan: list[int], split: bool
                     tb_of[(g, ch, "send", p)] = len(tbs[g]) - 1
                 if q >= 0:
                     tb_of[(g, ch, "recv", q)] = len(tbs[g]) - 1
-        if lowering.copies[g] and not tbs[g]:
+        if (lowering.copies[g] or has_local[g]) and not tbs[g]:
             tbs[g].append(_Tb(-1, -1, 0))
         if len(tbs[g]) > limits.sms:
             raise _Violation("threadblocks per gpu", len(tbs[g]), limits.sms, f"gpu {g} (one threadblock per SM)")
@@ -421,15 +427,33 @@ def _build(schedule: Schedule, lowering: _Lowering, chan: list[int], split: bool
     for g in range(n):
         for copy in lowering.copies[g]:
             ops[g][0].append(_Op((-1, -1), "cpy", copy=copy))
+    cache, dependents = lowering.local_deps, lowering.dependents
+    local_tb: dict[int, int] = {}
     for tid in lowering.order:
         t = transfers[tid]
+        if t.src == t.dst:
+            # a local op runs on the threadblock that wrote what it reads (so reductions of data received
+            # from different peers run in parallel), else on that of its latest dependency, else on tb 0
+            near = _local_deps(schedule, tid, t.src, cache)
+            source = [d for d in t.deps if transfers[d].dst == t.src and transfers[d].dst_scratch == t.src_scratch
+                      and (t.src_scratch is not None or transfers[d].chunk == t.chunk)]
+            latest = max(source or near, key=lambda d: time_at(d, t.src), default=None)
+            if latest is None:
+                b = 0
+            else:
+                d = transfers[latest]
+                b = local_tb[latest] if d.src == d.dst else \
+                    tb_of[(t.src, chan[latest], "recv", d.src)] if d.dst == t.src else \
+                    tb_of[(t.src, chan[latest], "send", d.dst)]
+            local_tb[tid] = b
+            ops[t.src][b].append(_Op(recv_time(tid), "local", tid))
+            continue
         ops[t.src][tb_of[(t.src, chan[tid], "send", t.dst)]].append(_Op(send_time(tid), "send", tid))
         ops[t.dst][tb_of[(t.dst, chan[tid], "recv", t.src)]].append(_Op(recv_time(tid), "recv", tid))
     for gpu_ops in ops:
         for tb_ops in gpu_ops:
             tb_ops.sort(key=lambda op: op.time)
 
-    cache, dependents = lowering.local_deps, lowering.dependents
     # fuse a recv with the next op on its threadblock when that sends the same chunk onward
     units: list[list[list[tuple[_Op, ...]]]] = []
     for g in range(n):
@@ -469,11 +493,15 @@ def _build(schedule: Schedule, lowering: _Lowering, chan: list[int], split: bool
                         false_waits += sum(1 for a in before if not mask >> a & 1)
                         before = sends
                     else:
-                        before = before + [op.tid for op in unit if op.kind == "recv"]
+                        before = before + [op.tid for op in unit if op.kind in ("recv", "local")]
 
-    # emit steps gpu by gpu in the global order, with dependencies and nops
+    # emit steps gpu by gpu in the global order, with dependencies and nops. A threadblock runs its steps
+    # in order, so a wait that an earlier step of it (or a step that one awaited, transitively) already
+    # made is left out: each step's clock holds, per threadblock, the last step known complete before it
     for g in range(n):
         placed: dict[tuple[str, int], tuple[int, int]] = {}  # ("send"/"recv", tid) -> (tb, step)
+        clock: list[dict[int, int]] = [{} for _ in tbs[g]]
+        step_clock: dict[tuple[int, int], dict[int, int]] = {}
         queue = sorted(((unit[0].time, b, u) for b, tb_units in enumerate(units[g]) for u, unit in enumerate(tb_units)),
                        key=lambda item: (item[0], item[1], item[2]))
         for _, b, u in queue:
@@ -492,20 +520,30 @@ def _build(schedule: Schedule, lowering: _Lowering, chan: list[int], split: bool
                     if target is None:
                         raise InputError("", f"transfers.{op.tid}", f"depends on transfer {dep}, which comes later "
                                          "in the order (run synth verify)")
-                    if target[0] != b:
+                    if target[0] != b and clock[b].get(target[0], -1) < target[1]:
                         needs[target[0]] = max(needs.get(target[0], -1), target[1])
-            awaited = sorted(needs.items())
+            awaited = [(x, k) for x, k in sorted(needs.items())
+                       if not any(step_clock[(y, j)].get(x, -1) >= k for y, j in needs.items() if y != x)]
+            if awaited:
+                merged = dict(clock[b])
+                for x, k in awaited:
+                    merged[x] = max(merged.get(x, -1), k)
+                    for y, j in step_clock[(x, k)].items():
+                        if y != b and merged.get(y, -1) < j:
+                            merged[y] = j
+                clock[b] = merged
             for dep_tb, dep_step in awaited[:-1]:
                 tb.steps.append(_Step("nop", cnt=0, depid=dep_tb, deps=dep_step))
                 tbs[g][dep_tb].steps[dep_step].hasdep = 1
-            step = _make_step(unit, schedule, lowering)
+            steps = _make_steps(unit, schedule, lowering)
             if awaited:
-                step.depid, step.deps = awaited[-1]
-                tbs[g][step.depid].steps[step.deps].hasdep = 1
-            tb.steps.append(step)
+                steps[0].depid, steps[0].deps = awaited[-1]
+                tbs[g][steps[0].depid].steps[steps[0].deps].hasdep = 1
+            tb.steps.extend(steps)
+            step_clock[(b, len(tb.steps) - 1)] = clock[b]
             for op in unit:
                 if op.kind != "cpy":
-                    placed[(op.kind, op.tid)] = (b, len(tb.steps) - 1)
+                    placed[("send" if op.kind == "send" else "recv", op.tid)] = (b, len(tb.steps) - 1)
     longest = max(((len(tb.steps), g, b) for g, gpu_tbs in enumerate(tbs) for b, tb in enumerate(gpu_tbs)),
                   default=(0, 0, 0))
     if longest[0] >= limits.max_steps:
@@ -514,26 +552,31 @@ def _build(schedule: Schedule, lowering: _Lowering, chan: list[int], split: bool
     return tbs, false_waits
 
 
-def _make_step(unit: tuple[_Op, ...], schedule: Schedule, lowering: _Lowering) -> _Step:
+def _make_steps(unit: tuple[_Op, ...], schedule: Schedule, lowering: _Lowering) -> list[_Step]:
     first = unit[0]
     if first.kind == "cpy":
         (sb, so), (db, do) = first.copy  # type: ignore[misc]
-        return _Step("cpy", sb, so, db, do)
+        return [_Step("cpy", sb, so, db, do)]
     t = schedule.transfers[first.tid]
-    if first.kind == "send":
-        (sb, so), (db, do) = lowering.src_loc[t.id], lowering.dst_loc[t.id]
-        return _Step("s", sb, so, db, do)
-    (db, do) = lowering.dst_loc[t.id]
+    (sb, so), (db, do) = lowering.src_loc[t.id], lowering.dst_loc[t.id]
     operand = lowering.operand_loc[t.id]
+    if first.kind == "local":
+        if t.op == COPY:
+            return [_Step("cpy", sb, so, db, do)]
+        assert operand is not None
+        # re: dst = dst + src in place; a partial value kept elsewhere is first copied where it belongs
+        moved = [] if operand == (db, do) else [_Step("cpy", operand[0], operand[1], db, do)]
+        return [*moved, _Step("re", sb, so, db, do)]
+    if first.kind == "send":
+        return [_Step("s", sb, so, db, do)]
     if len(unit) == 1:
         if t.op == REDUCE:
-            return _Step("rrc", operand[0], operand[1], db, do)  # type: ignore[index]
-        sb, so = lowering.src_loc[t.id]
-        return _Step("r", sb, so, db, do)
+            return [_Step("rrc", operand[0], operand[1], db, do)]  # type: ignore[index]
+        return [_Step("r", sb, so, db, do)]
     if t.op == COPY:
-        return _Step("rcs", db, do, db, do)
+        return [_Step("rcs", db, do, db, do)]
     kind = "rrcs" if lowering.needed[t.id] else "rrs"
-    return _Step(kind, operand[0], operand[1], db, do)  # type: ignore[index]
+    return [_Step(kind, operand[0], operand[1], db, do)]  # type: ignore[index]
 
 
 def lower_msccl(schedule: Schedule, proto: str = "Simple", limits: MscclLimits | None = None,
