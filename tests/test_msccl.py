@@ -219,3 +219,152 @@ def test_export_import_on_random_topologies(topology):
         return
     verify(back, topology)
     assert len(back.transfers) == len(schedule.transfers)
+
+
+# ---------------------------------------------------------------------------------------- buffers, local steps
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def line_of_three() -> Topology:
+    """Three gpus on a line; gpu g1 does not forward, so g0 and g2 reach each other only through a relay."""
+    return Topology.build("line", ["g0", "g1", "g2"], [], [("g0", "g1", 10.0), ("g1", "g2", 10.0)])
+
+
+HAND_WRITTEN = {  # file -> (topology, kind, network transfers, local copies, local reductions)
+    "allpairs_allreduce_4r.xml": ("switch:n=4", Kind.ALLREDUCE, 24, 0, 12),
+    "ring_allreduce_3r_outofplace.xml": ("switch:n=3", Kind.ALLREDUCE, 12, 0, 0),
+    "chain_allreduce_4r_rrcs.xml": ("switch:n=4", Kind.ALLREDUCE, 6, 0, 0),
+    "alltoall_relay_3r_line.xml": ("line", Kind.ALLTOALL, 8, 0, 0),
+}
+
+
+def _topology(spec: str) -> Topology:
+    return line_of_three() if spec == "line" else load_topology(spec)
+
+
+@pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
+def test_hand_written_programs_import_and_verify(name):
+    spec, kind, network, copies, reductions = HAND_WRITTEN[name]
+    topology = _topology(spec)
+    schedule = import_msccl(DATA / name, topology)
+    verify(schedule, topology)
+    assert schedule.kind == kind
+    local = [t for t in schedule.transfers if t.src == t.dst]
+    assert len(schedule.transfers) - len(local) == network
+    assert sum(t.op == "copy" for t in local) == copies and sum(t.op == "reduce" for t in local) == reductions
+    assert all(t.path == (topology.gpus[t.src],) for t in local)
+
+
+def test_allpairs_reduces_scratch_into_the_data_cell():
+    topology = load_topology("switch:n=4")
+    schedule = import_msccl(DATA / "allpairs_allreduce_4r.xml", topology)
+    # every peer's contribution lands in a scratch slot (0..2) and is reduced into the owner's data cell
+    into_scratch = [t for t in schedule.transfers if t.src != t.dst and t.dst_scratch is not None]
+    assert len(into_scratch) == 12 and {t.dst_scratch for t in into_scratch} == {0, 1, 2}
+    for t in schedule.transfers:
+        if t.src == t.dst:
+            assert (t.op, t.src_scratch, t.dst_scratch, t.chunk) == ("reduce", t.src_scratch, None, t.src)
+    assert schedule.scratch_slots() == [3, 3, 3, 3]
+
+
+def test_relay_through_scratch_on_a_line():
+    topology = line_of_three()
+    schedule = import_msccl(DATA / "alltoall_relay_3r_line.xml", topology)
+    # chunks between g0 and g2 go into a scratch slot of g1 and on from there; no path crosses g1
+    relayed = [t for t in schedule.transfers if t.dst_scratch is not None or t.src_scratch is not None]
+    assert len(relayed) == 4 and all(t.src == 1 or t.dst == 1 for t in relayed)
+    assert all(len(t.path) == 2 for t in schedule.transfers)
+    with pytest.raises(InputError, match="must end holding chunk 0"):  # without gpu 0's own copy into its output
+        import_msccl("x.xml", topology, text=(DATA / "alltoall_relay_3r_line.xml").read_text().replace(
+            'type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0"', 'type="nop" srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1"'))
+
+
+def test_out_of_place_output_must_be_written():
+    # a two-gpu allgather that never copies its own chunk into its output buffer: the data cell holds the
+    # right value, but the runtime's output buffer would not
+    tb = ('<tb id="0" send="{p}" recv="{p}" chan="0"><step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="o" '
+          'dstoff="{g}" cnt="1"/><step s="1" type="r" srcbuf="i" srcoff="0" dstbuf="o" dstoff="{p}" cnt="1"/></tb>')
+    gpus = "".join(f'<gpu id="{g}" i_chunks="1" o_chunks="2" s_chunks="0">{tb.format(g=g, p=1 - g)}</gpu>' for g in (0, 1))
+    text = f'<algo name="ag" ngpus="2" coll="allgather" nchunksperloop="2" inplace="0">{gpus}</algo>'
+    with pytest.raises(InputError, match=r"buffer o\[0\] must end holding chunk 0 .* never written"):
+        import_msccl("ag.xml", load_topology("switch:n=2"), text=text)
+    fixed = text.replace('<step s="0" type="s"', '<step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="{g}" '
+                         'cnt="1"/><step s="1" type="s"').replace('<step s="1" type="r"', '<step s="2" type="r"')
+    fixed = fixed.replace('dstoff="{g}"', 'dstoff="0"', 1).replace('dstoff="{g}"', 'dstoff="1"', 1)
+    schedule = import_msccl("ag.xml", load_topology("switch:n=2"), text=fixed)
+    assert len(schedule.transfers) == 2  # the copies into the output share the data cell: no op
+
+
+def test_local_reduction_of_a_value_with_itself_is_refused():
+    # gpu 0 reduces its scratch copy of gpu 1's data into its input twice: gpu 1's contribution counts twice
+    text = (DATA / "allpairs_allreduce_4r.xml").read_text()
+    doubled = text.replace('<step s="2" type="re" srcbuf="s" srcoff="1" dstbuf="i" dstoff="0"',
+                           '<step s="2" type="re" srcbuf="s" srcoff="0" dstbuf="i" dstoff="0"', 1)
+    assert doubled != text
+    with pytest.raises(InputError, match="twice"):
+        import_msccl("x.xml", load_topology("switch:n=4"), text=doubled)
+
+
+def test_custom_collectives_are_refused_clearly():
+    text = (DATA / "chain_allreduce_4r_rrcs.xml").read_text().replace('coll="allreduce"', 'coll="custom"')
+    with pytest.raises(InputError, match="custom collective"):
+        import_msccl("x.xml", load_topology("switch:n=4"), text=text)
+
+
+@pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
+def test_hand_written_programs_round_trip(name):
+    spec = HAND_WRITTEN[name][0]
+    topology = _topology(spec)
+    schedule = import_msccl(DATA / name, topology)
+    program = lower_msccl(schedule)
+    types = {s.type for _, _, s in iter_steps(program)}
+    if any(t.src == t.dst and t.op == "reduce" for t in schedule.transfers):
+        assert "re" in types
+    if any(slots for slots in schedule.scratch_slots()):
+        assert any(s_chunks for _, _, s_chunks in program.buffers)
+    back = import_msccl("rt.xml", topology, text=program.xml())
+    verify(back, topology)
+
+    def network(s):
+        return sorted((t.src, t.dst, t.chunk, t.op) for t in s.transfers if t.src != t.dst)
+    assert network(back) == network(schedule)
+    assert congestion(back, topology).seconds_per_byte == congestion(schedule, topology).seconds_per_byte
+
+
+def test_relayed_schedule_exports_scratch_and_round_trips():
+    topology = load_topology("dgx1")
+    schedule = synthesize(topology, "alltoall", "direct")
+    assert max(schedule.scratch_slots()) > 0  # pairs without an NVLink relay through a scratch slot
+    program = lower_msccl(schedule)
+    assert any(s_chunks for _, _, s_chunks in program.buffers)
+    assert any("s" in (s.srcbuf, s.dstbuf) for _, _, s in iter_steps(program) if s.type != "nop")
+    back = import_msccl("rt.xml", topology, text=program.xml())
+    verify(back, topology)
+    assert sorted((t.src, t.dst, t.chunk) for t in back.transfers) == \
+        sorted((t.src, t.dst, t.chunk) for t in schedule.transfers)
+    assert congestion(back, topology).seconds_per_byte == congestion(schedule, topology).seconds_per_byte
+    assert max(back.scratch_slots()) > 0
+
+
+def test_local_ops_export_as_cpy_and_re():
+    # a hand-built schedule: rank 1 keeps rank 0's data in scratch, copies its own input aside and
+    # reduces locally; then sends the sum back
+    from synth.collectives import Collective
+    from synth.schedule import Schedule, Transfer
+
+    topology = load_topology("switch:n=2")
+    path, back_path = ("gpu0", "sw0", "gpu1"), ("gpu1", "sw0", "gpu0")
+    transfers = (Transfer(0, 0, 1, 0, "copy", path, (), None, 0),
+                 Transfer(1, 1, 1, 0, "copy", ("gpu1",), (), None, 1),
+                 Transfer(2, 1, 1, 0, "reduce", ("gpu1",), (0, 1), 0, 1),
+                 Transfer(3, 1, 1, 0, "copy", ("gpu1",), (2,), 1, None),
+                 Transfer(4, 1, 0, 0, "copy", back_path, (3,)))
+    schedule = Schedule(Collective(Kind.ALLREDUCE, 2, 1), "switch:n=2", topology.gpus, "manual", {}, transfers)
+    verify(schedule, topology)
+    program = lower_msccl(schedule)
+    steps = [s.type for _, _, s in iter_steps(program)]
+    assert steps.count("cpy") >= 2 and steps.count("re") == 1
+    assert program.buffers[1][2] == 2  # two scratch chunks on gpu 1
+    back = import_msccl("rt.xml", topology, text=program.xml())
+    verify(back, topology)
+    assert sorted((t.src, t.dst, t.op) for t in back.transfers if t.src != t.dst) == [(0, 1, "copy"), (1, 0, "copy")]
