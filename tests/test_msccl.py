@@ -368,3 +368,35 @@ def test_local_ops_export_as_cpy_and_re():
     back = import_msccl("rt.xml", topology, text=program.xml())
     verify(back, topology)
     assert sorted((t.src, t.dst, t.op) for t in back.transfers if t.src != t.dst) == [(0, 1, "copy"), (1, 0, "copy")]
+
+
+def test_local_ops_lower_to_chakra_and_come_back(tmp_path):
+    # a local reduction is one COMP node on its rank; a local copy has no node (what waits for it waits
+    # for what it waits for) and comes back from the metadata
+    from synth.collectives import Collective
+    from synth.export.chakra import export_chakra, import_chakra
+    from synth.export.et import schedule_to_et
+    from synth.schedule import Schedule, Transfer
+
+    topology = load_topology("switch:n=2")
+    transfers = (Transfer(0, 0, 1, 0, "copy", ("gpu0", "sw0", "gpu1"), (), None, 0),
+                 Transfer(1, 1, 1, 0, "copy", ("gpu1",), (), None, 1),
+                 Transfer(2, 1, 1, 0, "reduce", ("gpu1",), (0, 1), 0, 1),
+                 Transfer(3, 1, 1, 0, "copy", ("gpu1",), (2,), 1, None),
+                 Transfer(4, 1, 0, 0, "copy", ("gpu1", "sw0", "gpu0"), (3,)))
+    schedule = Schedule(Collective(Kind.ALLREDUCE, 2, 1), "switch:n=2", topology.gpus, "manual", {}, transfers)
+    program = schedule_to_et(schedule, MIB, comp_duration_us=3)
+    assert program.counts() == {"COMM_RECV_NODE": 2, "COMM_SEND_NODE": 2, "COMP_NODE": 1}
+    by_name = {node.name: node for node in program.nodes[1]}
+    comp, send = by_name["local_reduce_t2_c0"], by_name["send_t4_c0_to0"]
+    assert comp.duration_us == 3 and comp.deps == (by_name["recv_t0_c0_from0"].id,)
+    assert send.deps == (comp.id,)  # through the copy 3, which has no node
+    # the astra model runs the same traces: the local reduction is on the critical path (0 µs runs as 1 ns)
+    slow = Schedule(schedule.collective, schedule.topology, schedule.ranks, "manual", {"et": {"comp_us": 3}}, transfers)
+    extra = evaluate(slow, topology, MIB, model="astra").time_s - evaluate(schedule, topology, MIB, model="astra").time_s
+    assert extra == pytest.approx(2999e-9, abs=1e-12)
+    export_chakra(schedule, topology, [MIB], tmp_path / "out")
+    back = import_chakra(tmp_path / "out", topology)
+    assert back.transfers == schedule.transfers
+    imported = import_msccl(DATA / "allpairs_allreduce_4r.xml", load_topology("switch:n=4"))
+    assert schedule_to_et(imported, MIB).counts()["COMP_NODE"] == 12

@@ -325,6 +325,7 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
     send_by_tid: dict[int, tuple[int, EtNode]] = {}
     recv_by_tid: dict[int, tuple[int, EtNode]] = {}
     comp_by_tid: dict[int, int] = {}
+    local = _local_ops(program, metadata, source)
     for rank, nodes in enumerate(program.nodes):
         for node in nodes:
             tid = node.extras.get("transfer")
@@ -336,12 +337,19 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
             if tid in table:
                 raise InputError(source, f"rank {rank} node {node.id}.transfer", f"transfer {tid} appears twice")
             table[tid] = (rank, node)
-    count = len(send_by_tid)
-    if sorted(send_by_tid) != list(range(count)) or sorted(recv_by_tid) != list(range(count)):
-        raise InputError(source, "transfer", f"expected transfer ids 0..{count - 1} on exactly one send and one recv")
+    count = len(send_by_tid) + len(local)
+    if sorted([*send_by_tid, *local]) != list(range(count)) or sorted(recv_by_tid) != sorted(send_by_tid):
+        raise InputError(source, "transfer", f"expected transfer ids 0..{count - 1}, each on exactly one send and "
+                         "one recv or on one local op")
     balancer = RouteBalancer(topology, source)
     transfers = []
     for tid in range(count):
+        if tid in local:
+            rank, chunk, op, deps, slots = local[tid]
+            if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < count for d in deps):
+                raise InputError(source, f"transfer {tid}.deps", "expected a list of transfer ids")
+            transfers.append(Transfer(tid, rank, rank, chunk, op, (topology.gpus[rank],), tuple(deps), *slots))
+            continue
         src, send = send_by_tid[tid]
         dst, recv = recv_by_tid[tid]
         if send.peer != dst or recv.peer != src or send.tag != recv.tag or send.size != recv.size:
@@ -385,6 +393,35 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
         ranks = list(topology.gpus)
     algorithm = metadata.get("algorithm") if isinstance(metadata.get("algorithm"), str) else "chakra"
     return Schedule(collective, name, tuple(ranks), algorithm, params, tuple(transfers))
+
+
+def _local_ops(program: EtProgram, metadata: dict[str, Any], source: str) \
+        -> dict[int, tuple[int, int, Any, list[Any], list[int | None]]]:
+    """Local ops of a trace set synth wrote: reductions are COMP nodes marked ``local``, copies are
+    listed in the metadata (``local_copies``). transfer id -> (rank, chunk, op, deps, scratch slots)."""
+    found: dict[int, tuple[int, int, Any, list[Any], list[int | None]]] = {}
+    items: list[tuple[int, dict[str, Any], str]] = []
+    for rank, nodes in enumerate(program.nodes):
+        items.extend((rank, node.extras, REDUCE) for node in nodes
+                     if node.type == NodeType.COMP_NODE and node.extras.get("local"))
+    try:
+        copies = json.loads(metadata.get("local_copies", "[]"))
+    except (TypeError, ValueError):
+        raise InputError(source, "metadata.local_copies", "expected a JSON list") from None
+    if not isinstance(copies, list) or not all(isinstance(item, dict) for item in copies):
+        raise InputError(source, "metadata.local_copies", "expected a JSON list of objects")
+    items.extend((item.get("rank"), item, COPY) for item in copies)
+    for rank, item, op in items:
+        tid, chunk, deps = item.get("transfer"), item.get("chunk"), item.get("deps", [])
+        slots = [item.get("src_scratch"), item.get("dst_scratch")]
+        if not (isinstance(tid, int) and isinstance(chunk, int) and isinstance(rank, int)
+                and 0 <= rank < program.num_ranks and isinstance(deps, list)
+                and all(slot is None or (isinstance(slot, int) and slot >= 0) for slot in slots)):
+            raise InputError(source, f"local op {tid!r}", "expected transfer, rank, chunk, deps and scratch slots")
+        if tid in found:
+            raise InputError(source, f"transfer {tid}", "appears twice")
+        found[tid] = (rank, chunk, op, deps, slots)
+    return found
 
 
 class _UnionFind:

@@ -15,6 +15,11 @@ routes it inside its own network model. A reducing transfer adds a COMP_NODE on 
 (the local reduction; ``duration_micros`` from ``comp_duration_us``, 0 by default, which ASTRA-sim
 runs as 1 ns). A transfer is *done* on ``d`` when its COMP (or, for a copy, its recv) is done.
 
+A local op (``src == dst``: a copy or reduction between two buffers of one rank) sends nothing. A
+local reduction is one COMP_NODE on its rank, its duration by the same rule as every reduction; a local
+copy gets no node: whatever waits for it waits for what it waits for, and it is listed in the
+metadata (``local_copies``) so synth's importer restores it.
+
 A dependency ``t`` -> ``u`` of the schedule becomes an ET dependency on the rank that can see it:
 
 - ``u.src`` received ``t`` (``t.dst == u.src``): u's send waits for t's recv/COMP on that rank, so a
@@ -46,7 +51,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -193,13 +198,25 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     message = chunk_bytes(schedule, size)
     n = schedule.collective.num_ranks
     nodes: list[list[EtNode]] = [[] for _ in range(n)]
-    send_node: list[EtNode] = []
-    recv_node: list[EtNode] = []
-    done_node: list[EtNode] = []
+    send_node: list[EtNode | None] = []
+    recv_node: list[EtNode | None] = []
+    done_node: list[EtNode | None] = []
+    nodeless = {t.id for t in transfers if t.src == t.dst and t.op != REDUCE and t.id not in comp_by_transfer}
 
     for t in transfers:
         tag = tag_base + t.id
         info = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if extras else {}
+        if t.src == t.dst:  # a local op: a COMP node for a reduction, nothing for a copy
+            local = None
+            if t.id not in nodeless:
+                local = EtNode(len(nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}", NodeType.COMP_NODE,
+                               duration_us=comp_by_transfer.get(t.id, default_us), transfer=t.id,
+                               extras={**info, "deps": list(t.deps), "local": True, **_scratch(t)} if extras else {})
+                nodes[t.src].append(local)
+            send_node.append(local)
+            recv_node.append(local)
+            done_node.append(local)
+            continue
         send = EtNode(len(nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}", NodeType.COMM_SEND_NODE,
                       peer=t.dst, size=message, tag=tag, transfer=t.id,
                       extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if extras else {})
@@ -226,8 +243,11 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
         return None
 
     dropped = 0
-    near = _Near(transfers)
-    for t in transfers:
+    effective = _bypass(transfers, nodeless)
+    near = _Near(effective)
+    for t in effective:
+        if t.id in nodeless:
+            continue
         send_deps: set[int] = set()
         recv_deps: set[int] = set()
         for dep in t.deps:
@@ -244,8 +264,11 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
         for dep in recv_after.get(t.id, ()):
             if (node := on_rank(dep, t.dst)) is not None:
                 recv_deps.add(node.id)
-        send_node[t.id].deps = tuple(sorted(send_deps))
-        recv_node[t.id].deps = tuple(sorted(recv_deps))
+        if t.src == t.dst:
+            send_deps |= recv_deps
+        send_node[t.id].deps = tuple(sorted(send_deps))  # type: ignore[union-attr]
+        if t.src != t.dst:
+            recv_node[t.id].deps = tuple(sorted(recv_deps))  # type: ignore[union-attr]
 
     for rank in range(n):
         if not nodes[rank]:
@@ -261,7 +284,41 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     if extras:
         metadata["ranks"] = list(schedule.ranks)
         metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)
+        if nodeless:
+            metadata["local_copies"] = json.dumps([
+                {"transfer": t.id, "rank": t.src, "chunk": t.chunk, "deps": list(t.deps), **_scratch(t)}
+                for t in transfers if t.id in nodeless])
     return EtProgram(n, nodes, metadata, dropped, {t.id: t.path for t in transfers})
+
+
+def _bypass(transfers: tuple[Transfer, ...], nodeless: set[int]) -> tuple[Transfer, ...]:
+    """The transfers with every dependency on a node-less local copy replaced by what that copy waits
+    for (transitively)."""
+    if not nodeless:
+        return transfers
+    stands_for: dict[int, frozenset[int]] = {}
+
+    def expand(deps: tuple[int, ...]) -> frozenset[int]:
+        found: set[int] = set()
+        for dep in deps:
+            found |= stands_for[dep] if dep in nodeless else {dep}
+        return frozenset(found)
+
+    for tid in sorted(nodeless):
+        stack = [tid]
+        while stack:
+            top = stack[-1]
+            if top in stands_for:
+                stack.pop()
+                continue
+            missing = [d for d in transfers[top].deps if d in nodeless and d not in stands_for]
+            if missing:
+                stack.extend(missing)
+                continue
+            stands_for[top] = expand(transfers[top].deps)
+            stack.pop()
+    return tuple(replace(t, deps=tuple(sorted(expand(t.deps)))) if any(d in nodeless for d in t.deps) else t
+                 for t in transfers)
 
 
 def _scratch(t: Transfer) -> dict[str, int]:
