@@ -211,7 +211,7 @@ def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules")
         "algorithms that apply, each timed under the execution plan every synth command uses (protocol, slices",
         "and slices in flight: the `plan` column and the `plan` field of `index.json`; see `synth evaluate --help`)",
         "(slow solver runs such as `milp` left out). Broadcast and reduce use root 0. Files are synth JSON",
-        "(`synth.schedule/1`); `.xml` files are MSCCL XML where the exporter exists, the schedule fits the",
+        "(`synth.schedule/2`); `.xml` files are MSCCL XML where the exporter exists, the schedule fits the",
         f"runtime's limits and the XML is under {MAX_XML_BYTES // 1000} kB. `index.json` holds the same figures, unrounded.",
         "",
         f"Regenerate with `synth catalog --out {out_label}`; `synth catalog --check` re-verifies every file",

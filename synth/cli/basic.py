@@ -85,7 +85,7 @@ def generate(
     topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
     collective: Annotated[str, typer.Option("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, broadcast, reduce")],
     algorithm: Annotated[str, typer.Option("--algorithm", "-a", help="an algorithm name (see `synth generate --help`)")] = "ring",
-    output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write (synth.schedule/1 JSON)")] = "schedule.json",
+    output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write (synth.schedule/2 JSON)")] = "schedule.json",
     chunks: Annotated[int | None, typer.Option("--chunks", "-k", help="chunks C (algorithm default if omitted)")] = None,
     root: Annotated[int | None, typer.Option("--root", help="root rank for broadcast and reduce")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-O", help="algorithm option key=value (repeatable)")] = None,
@@ -108,7 +108,7 @@ def generate(
 
 
 def verify_command(
-    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:

@@ -173,7 +173,7 @@ def draw(
 
 
 def explain_command(
-    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     size: Annotated[str, typer.Option("--size", "-s", help="message size for the time estimates")] = "1GiB",
     by: Annotated[str, typer.Option("--by", help="step (dependency level), tree (per chunk route) or auto")] = "auto",

@@ -51,7 +51,7 @@ def _import_topology(spec: str) -> tuple[Topology, str]:
 
 @export_app.command("chakra")
 def export_chakra_command(
-    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     output: Annotated[str, typer.Option("--output", "-o", help="folder to write (created if missing)")],
     size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable; "
                                                    "one trace set per size)")] = None,
@@ -87,7 +87,7 @@ def export_chakra_command(
 
 @export_app.command("msccl")
 def export_msccl_command(
-    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule/1 JSON file")],
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     output: Annotated[str, typer.Option("--output", "-o", help="XML file to write")],
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     max_channels: Annotated[int, typer.Option("--max-channels", help="most channels to use (runtime limit 32)")] = 32,
