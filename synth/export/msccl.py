@@ -5,12 +5,16 @@ outofplace="1"``), with ``minBytes`` and ``maxBytes`` always present and ``coll`
 runtime's parser wants it (``reducescatter``):
 
 Buffers
-    Every (rank, chunk) cell of the schedule lives in one buffer slot at a time: a rank's own data in
-    the input buffer ``i``; what it receives in the output buffer ``o`` when the chunk belongs in its
-    output, else in the scratch buffer ``s`` (one slot per cell, never reused). A reduction reads its
-    local operand where the cell is and writes the result where it belongs. Chunks a rank must show in
-    its output without receiving them (its own allgather chunk, its alltoall chunk to itself, the
-    broadcast root's data) get a ``cpy`` step first.
+    Every data cell and scratch slot of the schedule lives in one buffer position at a time: a rank's
+    own data in the input buffer ``i``; what it receives in the output buffer ``o`` when the chunk
+    belongs in its output, else in the scratch buffer ``s`` (one position per cell or scratch slot,
+    never reused). A reduction reads its local operand where the cell is and writes the result where it
+    belongs. Chunks a rank must show in its output without receiving them (its own allgather chunk, its
+    alltoall chunk to itself, the broadcast root's data) get a ``cpy`` step first.
+Local ops
+    A local copy is a ``cpy`` step, a local reduction a ``re`` step (dst = dst + src in place, preceded
+    by a ``cpy`` when the partial value is not yet where the result belongs), on the threadblock that
+    wrote what it reads (else on that of its latest dependency on the gpu).
 Threadblocks and channels
     Each transfer is a send step on the source and a recv step on the destination, on one channel. On
     every gpu and channel, send peers and recv peers are paired into threadblocks (one send peer and
@@ -34,11 +38,17 @@ below ``max_steps`` (256; some builds 64), ``cnt`` below 72, offsets within the 
 
 Import reads MSCCL XML (safely: ``defusedxml``, no DTDs or entities) from MSCCLang/msccl-tools, TACCL,
 ForestColl or synth, executes it symbolically (threadblocks in step order, ``depid``/``deps``, FIFO
-connections per (sender, receiver, channel)) and records one transfer per chunk sent. Dependencies are
-the data hazards: a transfer waits for the write of the data it sends, and for the previous write and
-the reads since of the cell it overwrites. Accepts ``reduce_scatter``, files without ``outofplace``,
-``minBytes`` or ``maxBytes``, in-place buffers (``o_chunks="0"`` / ``i_chunks="0"``) and ``nop`` steps
-with ``cnt="0"`` and offsets -1. Routes: see :class:`synth.export.RouteBalancer` (switches only).
+connections per (sender, receiver, channel)) and records one transfer per chunk sent and one local op per
+``cpy``/``re`` that must move data. Buffer positions map onto the schedule's buffers (see
+:class:`_Cells`): a chunk's output position is its data cell, its input position shares that cell until
+the output is written, every other position is a scratch slot of its own; values a later step still
+reads are kept by local copies. Dependencies are the data hazards on those buffers in the simulated
+order: a transfer waits for the write of the data it sends, and for the previous write and the reads
+since of what it overwrites (so a race between threadblocks in the program itself is not reported).
+Accepts ``reduce_scatter``, files without ``outofplace``, ``minBytes`` or ``maxBytes``, in-place buffers
+(``o_chunks="0"`` / ``i_chunks="0"``) and ``nop`` steps with ``cnt="0"`` and offsets -1; refuses
+``coll="custom"`` (no pre- or postcondition to verify) and an output position that is never written.
+Routes: see :class:`synth.export.RouteBalancer` (switches and forwarding gpus only).
 """
 
 from __future__ import annotations
