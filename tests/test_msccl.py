@@ -400,3 +400,13 @@ def test_local_ops_lower_to_chakra_and_come_back(tmp_path):
     assert back.transfers == schedule.transfers
     imported = import_msccl(DATA / "allpairs_allreduce_4r.xml", load_topology("switch:n=4"))
     assert schedule_to_et(imported, MIB).counts()["COMP_NODE"] == 12
+
+
+def test_unordered_accesses_to_one_buffer_position_are_a_race():
+    # gpu 0's second reduction into i[0] no longer waits for the first (another threadblock): a race
+    text = (DATA / "allpairs_allreduce_4r.xml").read_text()
+    step = 'type="re" srcbuf="s" srcoff="1" dstbuf="i" dstoff="0" cnt="1" depid="0" deps="2"'
+    assert text.count(step) == 1
+    with pytest.raises(InputError, match=r"gpu 0 tb 1 step 2: reads buffer i\[0\] and gpu 0 tb 0 step 2 also touches it.* race"):
+        import_msccl("x.xml", load_topology("switch:n=4"), text=text.replace(step, step.replace(
+            'depid="0" deps="2"', 'depid="-1" deps="-1"')))

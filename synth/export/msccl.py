@@ -44,7 +44,9 @@ connections per (sender, receiver, channel)) and records one transfer per chunk 
 the output is written, every other position is a scratch slot of its own; values a later step still
 reads are kept by local copies. Dependencies are the data hazards on those buffers in the simulated
 order: a transfer waits for the write of the data it sends, and for the previous write and the reads
-since of what it overwrites (so a race between threadblocks in the program itself is not reported).
+since of what it overwrites. Two steps that touch one buffer position, one of them writing, must be
+ordered by the program itself (threadblock order, ``depid``/``deps``, a send before its receive), else
+the import reports the race (see :class:`_Races`).
 Accepts ``reduce_scatter``, files without ``outofplace``, ``minBytes`` or ``maxBytes``, in-place buffers
 (``o_chunks="0"`` / ``i_chunks="0"``) and ``nop`` steps with ``cnt="0"`` and offsets -1; refuses
 ``coll="custom"`` (no pre- or postcondition to verify) and an output position that is never written.
@@ -973,6 +975,89 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
     return schedule
 
 
+class _Races:
+    """Happens-before between the executed steps of an MSCCL program, and the race check on buffer positions.
+
+    A step happens after the previous step of its threadblock, after its ``depid``/``deps`` step and,
+    for a receive, after the sends whose chunks it receives. Two steps that touch one buffer position of
+    a gpu, at least one of them writing, must be ordered so; otherwise the runtime's result depends on
+    timing and the import is refused. Each threadblock's steps form a chain, so "a before b" searches
+    back from ``b`` over the edges that enter other chains, pruned by execution order.
+    """
+
+    def __init__(self, tbs: list[list[_XmlTb]], source: str) -> None:
+        self.source = source
+        self.base: list[int] = []
+        total = 0
+        for gpu_tbs in tbs:
+            self.base.append(total)
+            total += len(gpu_tbs)
+        self.order: dict[tuple[int, int], int] = {}
+        #: per threadblock: positions where an edge enters, and the edges' sources, in step order
+        self.into: list[list[int]] = [[] for _ in range(total)]
+        self.sources: list[list[tuple[int, int]]] = [[] for _ in range(total)]
+        self.sent: dict[int, tuple[int, int]] = {}
+        self.current: tuple[int, int] = (0, 0)
+        self.where: str = ""
+        self.access: dict[tuple[int, Location], tuple[tuple[tuple[int, int], str] | None,
+                                                       list[tuple[tuple[int, int], str]]]] = {}
+
+    def start(self, g: int, k_tb: int, s: int, where: str) -> None:
+        self.current = (self.base[g] + k_tb, s)
+        self.where = where
+        self.order[self.current] = len(self.order)
+
+    def edge(self, a: tuple[int, int]) -> None:
+        """``a`` happens before the current step."""
+        tb, s = self.current
+        if a[0] != tb:
+            self.into[tb].append(s)
+            self.sources[tb].append(a)
+
+    def step_of(self, g: int, k_tb: int, s: int) -> tuple[int, int]:
+        return (self.base[g] + k_tb, s)
+
+    def before(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
+        if a[0] == b[0]:
+            return a[1] < b[1]
+        limit = self.order[a]
+        explored: dict[int, int] = {}
+        stack = [b]
+        while stack:
+            tb, s = stack.pop()
+            low = explored.get(tb, -1)
+            if low >= s:
+                continue
+            explored[tb] = s
+            into, sources = self.into[tb], self.sources[tb]
+            for k in range(bisect_right(into, low), bisect_right(into, s)):
+                source = sources[k]
+                if source[0] == a[0]:
+                    if source[1] >= a[1]:
+                        return True
+                elif self.order[source] > limit:
+                    stack.append(source)
+        return False
+
+    def _race(self, other: tuple[tuple[int, int], str], location: Location, what: str) -> None:
+        raise InputError(self.source, self.where, f"{what} buffer {location[0]}[{location[1]}] and {other[1]} also "
+                         "touches it, with nothing ordering the two (a race: add a depid/deps or a nop)")
+
+    def read(self, g: int, location: Location) -> None:
+        writer, readers = self.access.get((g, location), (None, []))
+        if writer is not None and writer[0] != self.current and not self.before(writer[0], self.current):
+            self._race(writer, location, "reads")
+        readers.append((self.current, self.where))
+        self.access[(g, location)] = (writer, readers)
+
+    def write(self, g: int, location: Location) -> None:
+        writer, readers = self.access.get((g, location), (None, []))
+        for other in ([writer] if writer is not None else []) + readers:
+            if other[0] != self.current and not self.before(other[0], self.current):
+                self._race(other, location, "writes")
+        self.access[(g, location)] = ((self.current, self.where), [])
+
+
 def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, int, str], Location],
              inputs: list[dict[Location, int]]) -> tuple[list[_Record], list[_Entry], dict[tuple[int, Location], int]]:
     """Run the program symbolically: threadblocks in step order, ``depid``/``deps`` waits, FIFO
@@ -988,12 +1073,14 @@ def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, 
     completed: dict[tuple[int, int, int], set[int]] = {}
     position = [[0] * len(gpu_tbs) for gpu_tbs in tbs]
     tb_index = [{tb.id: k for k, tb in enumerate(gpu_tbs)} for gpu_tbs in tbs]
+    races = _Races(tbs, source)
 
     def send(g: int, tb: _XmlTb, chunk: int, where: str, before: set[int]) -> int:
         if tb.send < 0:
             raise InputError(source, where, "sends, but its threadblock has send=\"-1\"")
         tid = len(records)
         records.append(_Record(g, tb.send, chunk, COPY, set(before)))
+        races.sent[tid] = races.current
         queues.setdefault((g, tb.send, tb.chan), deque()).append(tid)
         return tid
 
@@ -1002,6 +1089,7 @@ def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, 
         chunk = content.get((g, location))
         if chunk is None:
             raise InputError(source, where, f"{verb} buffer {location[0]}[{location[1]}], which holds no data yet")
+        races.read(g, location)
         return location, chunk
 
     def execute(g: int, k_tb: int, tb: _XmlTb, step: _XmlStep) -> bool:
@@ -1019,20 +1107,26 @@ def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, 
             before |= completed[(g, target, step.deps)]
         key = (g, k_tb, step.s)
         kind_ = step.type
-        if kind_ == "nop":
-            completed[key] = before
-            return True
-        if not 0 <= step.cnt < 10**6 or (step.cnt == 0 and kind_ != "nop"):
-            raise InputError(source, f"{where}.cnt", f"expected a positive chunk count, got {step.cnt}")
         if kind_ in RECEIVING:
             if tb.recv < 0:
                 raise InputError(source, where, "receives, but its threadblock has recv=\"-1\"")
             queue = queues.get((tb.recv, g, tb.chan))
             if queue is None or len(queue) < step.cnt:
                 return False
+        races.start(g, k_tb, step.s, where)
+        if step.depid != -1:
+            races.edge(races.step_of(g, tb_index[g][step.depid], step.deps))
+        if kind_ == "nop":
+            completed[key] = before
+            return True
+        if not 0 <= step.cnt < 10**6 or (step.cnt == 0 and kind_ != "nop"):
+            raise InputError(source, f"{where}.cnt", f"expected a positive chunk count, got {step.cnt}")
+        if kind_ in RECEIVING:
+            assert queue is not None
             received, forwarded = [], []
             for k in range(step.cnt):
                 tid = queue.popleft()
+                races.edge(races.sent[tid])
                 record = records[tid]
                 chunk = record.chunk
                 destination = resolve(g, step.dstbuf, step.dstoff + k, f"{where}.dstoff")
@@ -1042,7 +1136,10 @@ def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, 
                     if content.get((g, operand)) != chunk:
                         raise InputError(source, where, f"reduces received chunk {chunk} with buffer {operand[0]}"
                                          f"[{operand[1]}], which holds {content.get((g, operand), 'nothing')}")
+                    races.read(g, operand)
                     record.op = REDUCE
+                if kind_ != "rrs":
+                    races.write(g, destination)
                 forward = send(g, tb, chunk, where, before) if kind_ in FORWARDING else None
                 if kind_ != "rrs":
                     content[(g, destination)] = chunk
@@ -1071,6 +1168,9 @@ def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, 
                     raise InputError(source, where, f"reduces buffer {location[0]}[{location[1]}] (chunk {chunk}) into "
                                      f"buffer {destination[0]}[{destination[1]}], which holds "
                                      f"{content.get((g, destination), 'nothing')}")
+                if kind_ == "re":
+                    races.read(g, destination)
+                races.write(g, destination)
                 rid = len(records)
                 records.append(_Record(g, g, chunk, COPY if kind_ == "cpy" else REDUCE, set(before)))
                 content[(g, destination)] = chunk
