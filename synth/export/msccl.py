@@ -866,7 +866,7 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
     >>> xml = f'<algo name="pair" ngpus="2" coll="allreduce" nchunksperloop="1" inplace="1">{gpus}</algo>'
     >>> s = import_msccl("pair.xml", load_topology("switch:n=2"), text=xml)
     >>> [(t.src, t.dst, t.op, t.src_scratch, t.dst_scratch) for t in s.transfers]
-    [(0, 1, 'copy', None, 0), (1, 0, 'copy', None, 0), (0, 0, 'reduce', 0, None), (1, 1, 'reduce', 0, None)]
+    [(0, 1, 'copy', None, 0), (1, 0, 'copy', None, 0), (1, 1, 'reduce', 0, None), (0, 0, 'reduce', 0, None)]
     """
     source = str(path)
     if text is None:
