@@ -133,9 +133,20 @@ class _MaxMin:
         self.entry_class = entry_class
         self.capacity = capacity
         self.num_classes = num_classes
+        # No link shared by two classes (a torus's neighbour-to-neighbour paths, say): each class's rate is
+        # its narrowest link over its own flow count, no filling needed.
+        self.private = bool(len(entry_link) == 0 or np.bincount(entry_link).max() <= 1)
+        if self.private:
+            self._narrowest = np.full(num_classes, np.inf)
+            np.minimum.at(self._narrowest, entry_class, capacity[entry_link])
 
     def rates(self, members: np.ndarray, rate: np.ndarray) -> None:
         """Write the per-flow rate (bytes/s) of every class into ``rate`` (0 for idle classes)."""
+        if self.private:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                np.divide(self._narrowest, members, out=rate)
+            rate[members == 0] = 0.0
+            return
         rate[:] = 0.0
         weight_all = members[self.entry_class].astype(np.float64)
         live = weight_all > 0
@@ -172,6 +183,10 @@ def _csr(counts: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The entries of CSR ``rows`` concatenated, and each entry's position in ``rows``."""
+    if len(rows) == 1:
+        row = int(rows[0])
+        values = flat[pointer[row]:pointer[row + 1]]
+        return values, np.zeros(len(values), dtype=np.int64)
     starts = pointer[rows]
     lengths = pointer[rows + 1] - starts
     total = int(lengths.sum())
@@ -243,7 +258,7 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
         """Start the next slice of every candidate that may; returns the transfers that completed
         instantly (local ops), whose slices arrived now."""
         nonlocal changed
-        rows = np.unique(candidates)
+        rows = np.unique(candidates) if len(candidates) > 1 else candidates
         rows = rows[~busy[rows]]
         next_slice = sent[rows]
         rows = rows[(next_slice < slices) & (arrived[rows] > next_slice - window)]
@@ -263,13 +278,16 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
         if len(rows):
             busy[rows] = True
             cls = of_class[rows]
-            by_class = np.argsort(cls, kind="stable")
-            cls_sorted = cls[by_class]
-            rows_sorted = rows[by_class]
-            bounds = np.flatnonzero(np.diff(cls_sorted)) + 1
-            for group_start, group_end in zip(np.r_[0, bounds], np.r_[bounds, len(rows_sorted)], strict=True):
-                c = int(cls_sorted[group_start])
-                group = rows_sorted[group_start:group_end]
+            if len(rows) == 1:
+                groups = [(int(cls[0]), rows)]
+            else:
+                by_class = np.argsort(cls, kind="stable")
+                cls_sorted = cls[by_class]
+                rows_sorted = rows[by_class]
+                cuts = (np.flatnonzero(np.diff(cls_sorted)) + 1).tolist()
+                groups = [(int(cls_sorted[a]), rows_sorted[a:b])
+                          for a, b in zip([0, *cuts], [*cuts, len(rows_sorted)], strict=True)]
+            for c, group in groups:
                 queue = queues[c]
                 if not queue:
                     progress[c] = 0.0
@@ -332,7 +350,9 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
                 delays = delay_of[finished]
                 immediate = finished[delays <= 0]
                 later = finished[delays > 0]
-                if len(later):
+                if len(later) == 1:
+                    heapq.heappush(arrivals, (now + float(delays[delays > 0][0]), next(sequence), later))
+                elif len(later):
                     later_delays = delays[delays > 0]
                     for value in np.unique(later_delays).tolist():
                         heapq.heappush(arrivals, (now + value, next(sequence), later[later_delays == value]))
@@ -343,7 +363,9 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
             while arrivals and arrivals[0][0] <= horizon:
                 arrived_parts.append(heapq.heappop(arrivals)[2])
             arrived_now = np.concatenate(arrived_parts) if arrived_parts else np.empty(0, dtype=np.int64)
-            if len(arrived_now):
+            if len(arrived_now) == 1:
+                arrived[arrived_now] += 1
+            elif len(arrived_now):
                 np.add.at(arrived, arrived_now, 1)
             settle(arrived_now, finished)
     return FlowResult(last_arrival + base, events, rate_updates)
