@@ -18,7 +18,7 @@ from synth.algorithms.forest.bound import (
 from synth.algorithms.forest.network import Network
 from synth.algorithms.forest.packing import TreeClass, pack_trees
 from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
-from synth.algorithms.forest.symmetry import box_translation, powers
+from synth.algorithms.forest.symmetry import box_translation, free_group, powers
 from synth.errors import InfeasibleError, InputError, LimitError
 from synth.topology import Topology
 
@@ -131,8 +131,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     flows = {"bound": optimum.flows}
     group = None
     if root is None and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
-        sigma = box_translation(net, topology)
-        group = powers(sigma) if sigma is not None else None
+        group = symmetry_group(net, topology, weights)
     failures = []
     for rate, trees, capacities in _candidates(net, weights, optimum, max_trees):
         mark = time.perf_counter()
@@ -154,6 +153,17 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
                                  for name, inward, outward in unbalanced[:4])) if unbalanced else \
         "; ".join(failures[:3])
     raise InfeasibleError(f"forest cannot reach the cut bound on {topology.name!r}: {why}")
+
+
+def symmetry_group(net: Network, topology: Topology, weights: list[int]) -> list[list[int]] | None:
+    """The larger of the box translations (:func:`~synth.algorithms.forest.symmetry.box_translation`) and
+    the free rotation group (:func:`~synth.algorithms.forest.symmetry.free_group`), or None."""
+    sigma = box_translation(net, topology)
+    boxes = powers(sigma) if sigma is not None else None
+    rotations = free_group(net, weights)
+    if rotations is not None and (boxes is None or len(rotations) > len(boxes)):
+        return rotations
+    return boxes
 
 
 def unbalanced_switches(topology: Topology) -> list[tuple[str, Fraction, Fraction]]:

@@ -270,3 +270,91 @@ def gpu_orbits(net: Network, weights: Sequence[int]) -> list[int]:
     result = orbits.labels.tolist()
     net.shared[key] = result
     return result
+
+
+def _compose(first: tuple[int, ...], second: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation ``second`` after ``first``."""
+    return tuple(second[v] for v in first)
+
+
+def _extender(net: Network, weights: Sequence[int]) -> _Extender:
+    key = ("extender", tuple(weights))
+    if key not in net.cache:
+        net.cache[key] = _Extender(net, weights)
+    return net.cache[key]
+
+
+def _generated(generators: list[tuple[int, ...]], n: int, limit: int) -> list[tuple[int, ...]] | None:
+    """The group the gpu parts (first n entries) of ``generators`` generate, breadth first from the
+    identity (each element's word is its first discovery), or None when it has more than ``limit``
+    elements or an element other than the identity fixes a gpu."""
+    identity = tuple(range(n))
+    parts = [g[:n] for g in generators]
+    seen = {identity}
+    order = [identity]
+    index = 0
+    while index < len(order):
+        element = order[index]
+        index += 1
+        for part in parts:
+            image = _compose(element, part)
+            if image in seen:
+                continue
+            if any(image[v] == v for v in range(n)) or len(seen) >= limit:
+                return None
+            seen.add(image)
+            order.append(image)
+    return order
+
+
+def free_group(net: Network, weights: Sequence[int], limit: int | None = None) -> list[list[int]] | None:
+    """A group of automorphisms that moves gpus freely (no element but the identity fixes a gpu), as the
+    list of its node permutations (identity first), or None when none was found.
+
+    Built from verified rank rotations (every block of g consecutive ranks turned by h, for h dividing g
+    dividing the gpu count: a torus axis, the next box, a switch's ports), largest order first; a
+    rotation joins when the group it generates with the others is still free and has at most ``limit``
+    elements (default: the gpu count, which a free group cannot exceed). The forest pipeline packs one
+    root per orbit and lets the group copy its trees, so the larger the group the less work.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> net = Network.from_topology(load_topology("switch:n=6"))
+    >>> len(free_group(net, [1] * 6))  # turning the 6 gpus around the switch, one orbit
+    6
+    """
+    n = net.num_compute
+    limit = n if limit is None else min(limit, n)
+    if n < 2 or limit < 2:
+        return None
+    extender = _extender(net, weights)
+    ranks = list(range(n))
+    candidates = sorted(((g // h, g, h) for g in _divisors(n) for h in _divisors(g)[:-1]), key=lambda c: (-c[0], -c[1]))
+    generators: list[tuple[int, ...]] = []
+    group: list[tuple[int, ...]] = [tuple(ranks)]
+    members = set(group)
+    for order, g, h in candidates:
+        if len(group) * 2 > limit:
+            break
+        gpu_image = tuple(r - r % g + (r % g + h) % g for r in ranks)
+        if order > limit or gpu_image in members:
+            continue
+        pi = extender.extend(dict(enumerate(gpu_image)))
+        if pi is None:
+            continue
+        candidate = tuple(pi.get(v, v) for v in range(net.num_nodes))
+        grown = _generated(generators + [candidate], n, limit)
+        if grown is not None:
+            generators.append(candidate)
+            group, members = grown, set(grown)
+    if not generators:
+        return None
+    # the whole permutations, each as (its word's prefix) after (its last generator)
+    full: dict[tuple[int, ...], tuple[int, ...]] = {tuple(ranks): tuple(range(net.num_nodes))}
+    for element in group:
+        for generator in generators:
+            image = _compose(element, generator[:n])
+            if image not in full:
+                full[image] = _compose(full[element], generator)
+    return [list(full[element]) for element in group]
