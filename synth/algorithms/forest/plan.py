@@ -168,10 +168,22 @@ def symmetry_group(net: Network, topology: Topology, weights: list[int]) -> list
 
 def unbalanced_switches(topology: Topology) -> list[tuple[str, Fraction, Fraction]]:
     """Switches whose total ingress and egress bandwidth differ: (name, ingress, egress) in GB/s."""
+    exact: dict[float, Fraction] = {}
+
+    def total(values: Iterator[float]) -> Fraction:
+        result = Fraction(0)
+        for value in values:
+            fraction = exact.get(value)
+            if fraction is None:
+                fraction = exact[value] = Fraction(repr(float(value)))
+            result += fraction
+        return result
+
+    graph = topology.graph
     result = []
     for switch in topology.switches:
-        inward = sum((topology.exact_bandwidth(u, switch) for u in topology.graph.predecessors(switch)), Fraction(0))
-        outward = sum((topology.exact_bandwidth(switch, v) for v in topology.graph.successors(switch)), Fraction(0))
+        inward = total(bandwidth for _, _, bandwidth in graph.in_edges(switch, data="bandwidth"))
+        outward = total(bandwidth for _, _, bandwidth in graph.out_edges(switch, data="bandwidth"))
         if inward != outward:
             result.append((switch, inward, outward))
     return result

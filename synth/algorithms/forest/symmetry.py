@@ -223,7 +223,7 @@ def gpu_orbits(net: Network, weights: Sequence[int]) -> list[int]:
     neighbouring blocks (tried on every pair once the first pair works) and rotating every block by a
     divisor of g (a torus axis, the next box, the next group of a dragonfly). Each candidate is extended
     to the switches and checked exactly (:class:`_Extender`); candidates that would merge nothing are
-    skipped. Finding fewer automorphisms than exist only leaves more orbits, never a wrong one.
+    skipped, and a block size whose first candidate pair is no automorphism is not swept. Finding fewer automorphisms than exist only leaves more orbits, never a wrong one.
 
     Examples
     --------
@@ -242,27 +242,43 @@ def gpu_orbits(net: Network, weights: Sequence[int]) -> list[int]:
     extender = _Extender(net, weights)
     orbits = _Orbits(n)
     ranks = np.arange(n)
+    weights = list(weights)
+    weight_array = np.asarray(weights)
+    find = orbits.find
+
+    def swap(k: int, g: int) -> bool | None:
+        """Try swapping blocks k and k+1 of size g: True (merged), False (no automorphism), None (skipped:
+        nothing to merge, or their roots differ)."""
+        a, b = k * g, (k + 1) * g
+        if weights[a:b] != weights[b:b + g] or all(find(a + i) == find(b + i) for i in range(g)):
+            return None
+        moves = {a + i: b + i for i in range(g)}
+        moves.update({b + i: a + i for i in range(g)})
+        if extender.extend(moves) is None:
+            return False
+        for i in range(g):
+            orbits.union(a + i, b + i)
+        return True
+
+    # probe each block size on its first pair that could merge anything (all probes together move about
+    # 2n gpus), then sweep the sizes that swap, largest first: after a size is swept, most pairs of the
+    # smaller sizes are already merged and cost one look-up each
+    sweeps = []
+    for g in _divisors(n)[:-1]:
+        for k in range(n // g - 1):
+            outcome = swap(k, g)
+            if outcome is not None:
+                if outcome:
+                    sweeps.append(g)
+                break
+    for g in sorted(sweeps, reverse=True):
+        for k in range(n // g - 1):
+            swap(k, g)
     for g in _divisors(n):
-        if g < n:
-            merged = 0
-            labels = orbits.labels  # refreshed once per block size: a stale label only costs an attempt
-            for k in range(n // g - 1):
-                a, b = k * g, (k + 1) * g
-                if np.array_equal(labels[a:b], labels[b:b + g]):
-                    continue
-                moves = {a + i: b + i for i in range(g)}
-                moves.update({b + i: a + i for i in range(g)})
-                if extender.extend(moves) is None:
-                    if not merged:
-                        break  # the first pair does not swap: this block size is not a unit of the fabric
-                    continue
-                merged += 1
-                for i in range(g):
-                    orbits.union(a + i, b + i)
         for h in _divisors(g)[:-1]:
             image = ranks - ranks % g + (ranks % g + h) % g
             labels = orbits.labels
-            if np.array_equal(labels[image], labels):
+            if np.array_equal(labels[image], labels) or not np.array_equal(weight_array[image], weight_array):
                 continue
             if extender.extend(dict(zip(range(n), image.tolist(), strict=True))) is not None:
                 for v, w in zip(range(n), image.tolist(), strict=True):
