@@ -288,11 +288,6 @@ def gpu_orbits(net: Network, weights: Sequence[int]) -> list[int]:
     return result
 
 
-def _compose(first: tuple[int, ...], second: tuple[int, ...]) -> tuple[int, ...]:
-    """The permutation ``second`` after ``first``."""
-    return tuple(second[v] for v in first)
-
-
 def _extender(net: Network, weights: Sequence[int]) -> _Extender:
     key = ("extender", tuple(weights))
     if key not in net.cache:
@@ -300,25 +295,26 @@ def _extender(net: Network, weights: Sequence[int]) -> _Extender:
     return net.cache[key]
 
 
-def _generated(generators: list[tuple[int, ...]], n: int, limit: int) -> list[tuple[int, ...]] | None:
+def _generated(generators: list[np.ndarray], n: int, limit: int) -> list[np.ndarray] | None:
     """The group the gpu parts (first n entries) of ``generators`` generate, breadth first from the
-    identity (each element's word is its first discovery), or None when it has more than ``limit``
-    elements or an element other than the identity fixes a gpu."""
-    identity = tuple(range(n))
+    identity, or None when it has more than ``limit`` elements or an element other than the identity
+    fixes a gpu."""
+    identity = np.arange(n)
     parts = [g[:n] for g in generators]
-    seen = {identity}
+    seen = {identity.tobytes()}
     order = [identity]
     index = 0
     while index < len(order):
         element = order[index]
         index += 1
         for part in parts:
-            image = _compose(element, part)
-            if image in seen:
+            image = part[element]
+            key = image.tobytes()
+            if key in seen:
                 continue
-            if any(image[v] == v for v in range(n)) or len(seen) >= limit:
+            if np.any(image == identity) or len(seen) >= limit:
                 return None
-            seen.add(image)
+            seen.add(key)
             order.append(image)
     return order
 
@@ -345,32 +341,35 @@ def free_group(net: Network, weights: Sequence[int], limit: int | None = None) -
     if n < 2 or limit < 2:
         return None
     extender = _extender(net, weights)
-    ranks = list(range(n))
+    ranks = np.arange(n)
     candidates = sorted(((g // h, g, h) for g in _divisors(n) for h in _divisors(g)[:-1]), key=lambda c: (-c[0], -c[1]))
-    generators: list[tuple[int, ...]] = []
-    group: list[tuple[int, ...]] = [tuple(ranks)]
-    members = set(group)
+    generators: list[np.ndarray] = []
+    group: list[np.ndarray] = [ranks]
+    members = {ranks.tobytes()}
     for order, g, h in candidates:
         if len(group) * 2 > limit:
             break
-        gpu_image = tuple(r - r % g + (r % g + h) % g for r in ranks)
-        if order > limit or gpu_image in members:
+        gpu_image = ranks - ranks % g + (ranks % g + h) % g
+        if order > limit or gpu_image.tobytes() in members:
             continue
-        pi = extender.extend(dict(enumerate(gpu_image)))
+        pi = extender.extend(dict(enumerate(gpu_image.tolist())))
         if pi is None:
             continue
-        candidate = tuple(pi.get(v, v) for v in range(net.num_nodes))
+        candidate = np.arange(net.num_nodes)
+        moved = np.fromiter(pi, dtype=np.int64, count=len(pi))
+        candidate[moved] = np.fromiter(pi.values(), dtype=np.int64, count=len(pi))
         grown = _generated(generators + [candidate], n, limit)
         if grown is not None:
             generators.append(candidate)
-            group, members = grown, set(grown)
+            group, members = grown, {element.tobytes() for element in grown}
     if not generators:
         return None
-    # the whole permutations, each as (its word's prefix) after (its last generator)
-    full: dict[tuple[int, ...], tuple[int, ...]] = {tuple(ranks): tuple(range(net.num_nodes))}
+    # the whole permutations: each element found from an earlier one and a generator (breadth first)
+    full = {ranks.tobytes(): np.arange(net.num_nodes)}
     for element in group:
         for generator in generators:
-            image = _compose(element, generator[:n])
-            if image not in full:
-                full[image] = _compose(full[element], generator)
-    return [list(full[element]) for element in group]
+            image = generator[:n][element]
+            key = image.tobytes()
+            if key not in full:
+                full[key] = generator[full[element.tobytes()]]
+    return [full[element.tobytes()].tolist() for element in group]
