@@ -58,7 +58,6 @@ SHIPPED_FILES: dict[str, str] = {
     "mi250-2box": "mi250:boxes=2",
     "tpu-v4-4x4x4": "tpu-v4",
     "bigraph-32": "bigraph",
-    "gb200-nvl72": "gb200-nvl72",
     "mi300x": "mi300x",
     "mi300x-2box": "mi300x:boxes=2",
 }
@@ -991,7 +990,7 @@ def _rail_scale_out(box_gpus: Sequence[Sequence[str]], nic_of: Callable[[int, in
 
 
 @entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus, one NVLink 5 link to each of 18 NVLink switch chips; "
-       "racks on 400 Gb/s rails", shipped=True)
+       "racks on 400 Gb/s rails")
 def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS) -> Topology:
     """NVIDIA GB200 NVL72 racks: 72 Blackwell gpus each with one NVLink 5 link to each of the rack's 18
     NVLink switch chips (``r{k}.nvs{j}``), 50 GB/s per link and direction (900 GB/s per gpu).
