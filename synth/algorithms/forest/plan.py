@@ -135,18 +135,28 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     failures = []
     for rate, trees, capacities in _candidates(net, weights, optimum, max_trees):
         mark = time.perf_counter()
+        used = group
         try:
-            logical = split_switches(net, capacities, weights, trees, group=group)
+            logical = split_switches(net, capacities, weights, trees, group=used)
         except SplitFailed as reason:
+            # splitting an orbit of pairs by one amount everywhere can be impossible where a splitting
+            # exists (a dragonfly's routers): fall back to splitting switch by switch, without the group
             failures.append(f"k={trees}: {reason}")
-            continue
+            if used is None:
+                continue
+            used = None
+            try:
+                logical = split_switches(net, capacities, weights, trees)
+            except SplitFailed as generic_reason:
+                failures.append(f"k={trees}: {generic_reason}")
+                continue
         timings["split"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=group)
+        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=used)
         timings["pack"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
-        return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, group is not None)
+        return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, used is not None)
     unbalanced = unbalanced_switches(topology)
     why = ("switches do not multicast, so a switch that can send more than it receives cannot serve the cut "
            "bound: " + ", ".join(f"{name} receives {inward} GB/s, sends {outward} GB/s"
