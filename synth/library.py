@@ -1004,7 +1004,7 @@ def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS)
     rail switch ``rail{i % rails}`` (``rails=4``: one rail per gpu position in a compute tray), a rail
     switch stands for its whole non-blocking fat-tree, 0.7 µs per NVLink switch hop and the NIC hops of
     :func:`dgx_a100`. The allgather optimum of one rack is 72 * 900 / 71 = 912.68 GB/s (the cut around
-    71 gpus: one gpu's 18 links).
+    71 gpus: one gpu's 18 links). Gpus do not forward (the NVLink and scale-out switches route).
 
     Examples
     --------
@@ -1050,7 +1050,8 @@ def mi300x(boxes: int = 1, nic_bandwidth: float = NDR_GBPS) -> Topology:
     out of each gpu). Scale-out as on Azure's ND MI300X v5 (8 x 400 Gb/s NDR InfiniBand per VM): one
     50 GB/s NIC per gpu, gpu i's NIC ``b{k}.nic{i}`` on rail switch ``rail{i}`` (a rail switch stands for
     its non-blocking fabric; an assumption, as are 0.5 µs per xGMI hop and the NIC hops of
-    :func:`dgx_a100`). The allgather optimum of one box is 8 * 448 / 7 = 512 GB/s.
+    :func:`dgx_a100`). The allgather optimum of one box is 8 * 448 / 7 = 512 GB/s. Gpus do not forward
+    (an xGMI link carries data only when a kernel copies it).
 
     Examples
     --------
@@ -1104,7 +1105,7 @@ def dgx_superpod(sus: int = 4, nodes_per_su: int = 32, sus_per_pod: int = 4, spi
     uplinks, and 0.5 µs per switch tier. Box cuts decide the allgather optimum at any
     oversubscription below ``nodes_per_su`` (an SU still receives more per gpu than a box):
     ``N * 400 / (N - 8)`` GB/s, 403.15 for the default 1,024 gpus; at 40:1 on 8 SUs an SU's 320 GB/s
-    of uplinks decide it: 2048 * 320 / 1792 = 365.71 GB/s.
+    of uplinks decide it: 2048 * 320 / 1792 = 365.71 GB/s. Gpus do not forward.
 
     Examples
     --------
@@ -1170,7 +1171,7 @@ def tpu_v5p(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = TPU_V5P_ICI_GB
     chips), 3D torus interconnect, 1,200 GB/s bidirectional ICI bandwidth per chip, that is 100 GB/s per
     direction on each of its 6 links. Full cubes (every size a multiple of 4) are tori; smaller shapes
     have no wrap-around links in the product, but are modelled with them here (an assumption, as is
-    1.0 µs per hop). The allgather optimum of a slice of N chips is set by the cut around all chips but
+    1.0 µs per hop). Chips forward (``forwards``): ICI routes through the chips between the ends. The allgather optimum of a slice of N chips is set by the cut around all chips but
     one: N * 600 / (N - 1) GB/s (609.52 for 4x4x4).
 
     Examples
@@ -1183,7 +1184,7 @@ def tpu_v5p(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = TPU_V5P_ICI_GB
     bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
     gpus, switches, links, dimensions = _product(["Ring"] * 3, sizes, [bandwidth] * 3, [latency] * 3, "tpu")
     shape = "x".join(map(str, sizes))
-    return Topology.build("tpu-v5p", gpus, switches, links, dimensions=dimensions,
+    return Topology.build("tpu-v5p", gpus, switches, links, dimensions=dimensions, forwards=True,
                           description=f"Google TPU v5p {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")
 
 
@@ -1203,7 +1204,8 @@ def dragonfly(p: int = 2, a: int = 4, h: int = 2, groups: int | None = None, ban
     Sources: J. Kim, W. J. Dally, S. Scott, D. Abts, "Technology-Driven, Highly-Scalable Dragonfly
     Topology", ISCA 2008 (groups, a/p/h, balance a = 2p = 2h, g <= a*h + 1). Assumptions (parameters):
     25 GB/s per link (200 Gb/s ports, as HPE Slingshot's), global links as fast as local ones, 0.5 µs per
-    hop. The default (p=2, a=4, h=2: 9 groups, 72 gpus) is the smallest balanced one.
+    hop. The default (p=2, a=4, h=2: 9 groups, 72 gpus) is the smallest balanced one. Gpus do not
+    forward: the routers do.
 
     Examples
     --------

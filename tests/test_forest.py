@@ -15,8 +15,8 @@ from synth.algorithms import synthesize
 from synth.algorithms.forest import forest, plan
 from synth.algorithms.forest.bound import CutOracle, bisect_bound, cut_bound, rate_with_trees
 from synth.algorithms.forest.network import FlowSolver, Network
-from synth.algorithms.forest.quotient import QuotientCutOracle, gpu_quotient
 from synth.algorithms.forest.packing import pack_trees
+from synth.algorithms.forest.quotient import QuotientCutOracle, gpu_quotient
 from synth.algorithms.forest.splitting import _shortcut, split_switches
 from synth.algorithms.forest.symmetry import box_translation, free_group, gpu_orbits, powers
 from synth.bounds import algbw_bound, limited_trees, optimal_bound
