@@ -547,9 +547,15 @@ def network_rates(net: Network, weights: list[int], rate: Fraction) -> list[int]
 
 def assert_quotient_bound_is_exact(topo: Topology, weights: list[int]) -> None:
     """The quotient test (forced) gives the network test's bound and a cut of that ratio; orbits and
-    quotients keep every gpu's max-flow value."""
-    plain = cut_bound(Network.from_topology(topo), weights, symmetric=False)
-    net = Network.from_topology(topo)
+    quotients keep every gpu's max-flow value. Both directions (reduce-scatter reverses the links and shares
+    the orbits and partitions found for allgather)."""
+    for reverse in (False, True):
+        assert_direction_is_exact(topo, weights, reverse)
+
+
+def assert_direction_is_exact(topo: Topology, weights: list[int], reverse: bool) -> None:
+    plain = cut_bound(Network.from_topology(topo, reverse=reverse), weights, symmetric=False)
+    net = Network.from_topology(topo, reverse=reverse)
     fast = cut_bound(net, weights, symmetric=True)
     assert fast.rate == plain.rate
     assert Fraction(net.egress_units(fast.cut), fast.weight) / net.scale == fast.rate  # the cut is a bottleneck
@@ -623,3 +629,20 @@ def test_bound_at_scale_matches_the_hand_count():
     assert bound.rate_GBps == Fraction(200, 2048 - 8) and bound.flows <= 8
     assert bound.cut_egress_GBps == 200 and len(bound.cut_gpus) == 2040
     assert algbw_bound(topo, Kind.BROADCAST) == 200.0  # another box receives through its 8 NICs
+
+
+def test_symmetric_pipeline_falls_back_where_an_orbit_cannot_be_split_evenly():
+    topo = load_topology("dragonfly")  # routers: no splitting of an orbit of pairs by one amount works
+    for kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        schedule = forest(topo, kind, symmetric=True)
+        verify(schedule, topo)
+        assert congestion(schedule, topo).seconds_per_byte == Fraction(schedule.params["time_per_byte"])
+        assert schedule.params["gap_percent"] == 0
+
+
+def test_nvl72_packs_one_root_and_copies_it():
+    topo = load_topology("gb200-nvl72")
+    schedule = forest(topo, Kind.ALLGATHER)
+    verify(schedule, topo)
+    assert schedule.params["tree_box_symmetry"] is True
+    assert congestion(schedule, topo).seconds_per_byte == Fraction(71, 72 * 900 * GIGA)  # algbw 72 * 900 / 71
