@@ -58,6 +58,8 @@ SHIPPED_FILES: dict[str, str] = {
     "mi250-2box": "mi250:boxes=2",
     "tpu-v4-4x4x4": "tpu-v4",
     "bigraph-32": "bigraph",
+    "mi300x": "mi300x",
+    "mi300x-2box": "mi300x:boxes=2",
 }
 
 # Link figures shared by the named systems (GB/s per direction, µs per hop); the docstrings cite them.
@@ -961,3 +963,278 @@ def bigraph(upper: int = 4, lower: int = 4, hosts_per_switch: int = 4, bandwidth
         "bigraph", hosts, switch_ids, links,
         description=f"EFLOPS BiGraph: {upper}+{lower} switches (complete bipartite), {hosts_per_switch} hosts "
                     f"per switch, {bandwidth} GB/s per link")
+
+
+# ------------------------------------------------------------------------------ today's large systems
+NVLINK5_GBPS = 50.0  # one NVLink 5 link, per direction (100 GB/s both ways; 18 per Blackwell gpu = 1.8 TB/s)
+NDR_GBPS = 50.0  # one 400 Gb/s NDR InfiniBand / 400 GbE port, per direction
+MI300X_XGMI_GBPS = 64.0  # one MI300X Infinity Fabric link, per direction (128 GB/s both ways)
+TPU_V5P_ICI_GBPS = 100.0  # one TPU v5p ICI link, per direction (1,200 GB/s both ways over 6 links per chip)
+SWITCH_HOP_US = 0.5  # assumed per hop through a scale-out switch tier (leaf, spine, core, router)
+
+
+def _rail_scale_out(box_gpus: Sequence[Sequence[str]], nic_of: Callable[[int, int], str],
+                    rail_of: Callable[[int], str], nic_bandwidth: float) -> tuple[list[str], list[LinkSpec]]:
+    """One NIC switch node per gpu (``nic_of(box, i)``), gpu i of every box on rail switch ``rail_of(i)``.
+    Returns the NICs then the rails (switch ids), and the links."""
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    for box, gpus in enumerate(box_gpus):
+        for i, gpu in enumerate(gpus):
+            nic = nic_of(box, i)
+            switches.append(nic)
+            links.append((gpu, nic, nic_bandwidth, PCIE_HOP_US))
+            links.append((nic, rail_of(i), nic_bandwidth, IB_HOP_US))
+    rails = sorted({rail_of(i) for gpus in box_gpus for i in range(len(gpus))}, key=lambda s: (len(s), s))
+    return switches + rails, links
+
+
+@entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus, one NVLink 5 link to each of 18 NVLink switch chips; "
+       "racks on 400 Gb/s rails")
+def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS) -> Topology:
+    """NVIDIA GB200 NVL72 racks: 72 Blackwell gpus each with one NVLink 5 link to each of the rack's 18
+    NVLink switch chips (``r{k}.nvs{j}``), 50 GB/s per link and direction (900 GB/s per gpu).
+
+    Sources: NVIDIA DGX SuperPOD GB200 reference architecture, "Network fabrics": 18 compute trays and
+    9 NVLink switch trays of 2 switch chips per rack; each B200 has 18 NVLink 5 links, one to each of
+    the 18 chips, 1.8 TB/s per gpu (both directions). With several racks (``b{k}.`` prefixes, racks are
+    the boxes) each gpu has a 400 Gb/s ConnectX-7 NIC (50 GB/s; four per 4-gpu compute tray, MLCommons
+    GB200-NVL72 system descriptions) on a rail-optimized compute fabric. Assumptions (parameters): gpu
+    i's NIC ``b{k}.nic{i}`` sits on
+    rail switch ``rail{i % rails}`` (``rails=4``: one rail per gpu position in a compute tray), a rail
+    switch stands for its whole non-blocking fat-tree, 0.7 µs per NVLink switch hop and the NIC hops of
+    :func:`dgx_a100`. The allgather optimum of one rack is 72 * 900 / 71 = 912.68 GB/s (the cut around
+    71 gpus: one gpu's 18 links). Gpus do not forward (the NVLink and scale-out switches route).
+
+    Examples
+    --------
+    >>> t = gb200_nvl72()
+    >>> t.num_ranks, len(t.switches), t.egress_bandwidth("gpu0")
+    (72, 18, 900.0)
+    """
+    racks = _count(racks, "racks", 1)
+    rails = _count(rails, "rails", 1)
+    nic_bandwidth = _positive(nic_bandwidth, "nic_bandwidth")
+    _limit(racks * (72 * 2 + 18) + rails, racks * 72 * 20)
+    gpus: list[str] = []
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    per_rack: list[list[str]] = []
+    for rack in range(racks):
+        rack_gpus = [_boxed(racks, rack, f"gpu{i}") for i in range(72)]
+        chips = [_boxed(racks, rack, f"nvs{j}") for j in range(18)]
+        gpus += rack_gpus
+        switches += chips
+        links += [(g, chip, NVLINK5_GBPS, NVSWITCH_HOP_US) for g in rack_gpus for chip in chips]
+        per_rack.append(rack_gpus)
+    if racks > 1:
+        extra, scale_out = _rail_scale_out(per_rack, lambda rack, i: f"b{rack}.nic{i}", lambda i: f"rail{i % rails}",
+                                           nic_bandwidth)
+        switches += extra
+        links += scale_out
+    return Topology.build(
+        "gb200-nvl72", gpus, switches, links, boxes=[r // 72 for r in range(len(gpus))] if racks > 1 else None,
+        description=f"NVIDIA GB200 NVL72, {racks} rack(s): 72 gpus per rack, one 50 GB/s NVLink 5 link from every "
+                    "gpu to each of 18 NVLink switch chips"
+                    + (f"; one {nic_bandwidth:g} GB/s NIC per gpu on {rails} rails" if racks > 1 else ""))
+
+
+@entry("mi300x", "AMD MI300X boxes: 8 gpus fully connected by xGMI (64 GB/s links); 400 Gb/s NIC per gpu, "
+       "rail-optimized", shipped=True)
+def mi300x(boxes: int = 1, nic_bandwidth: float = NDR_GBPS) -> Topology:
+    """AMD Instinct MI300X platforms: 8 gpus per box, every pair joined by one Infinity Fabric (xGMI) link.
+
+    Sources: AMD ROCm documentation, "MI300 series microarchitecture", node-level architecture: each
+    MI300X uses seven Infinity Fabric links to form a fully connected 8-gpu system; AMD's MI300X data
+    sheet gives 128 GB/s peak bidirectional bandwidth per link, so 64 GB/s per direction here (448 GB/s
+    out of each gpu). Scale-out as on Azure's ND MI300X v5 (8 x 400 Gb/s NDR InfiniBand per VM): one
+    50 GB/s NIC per gpu, gpu i's NIC ``b{k}.nic{i}`` on rail switch ``rail{i}`` (a rail switch stands for
+    its non-blocking fabric; an assumption, as are 0.5 µs per xGMI hop and the NIC hops of
+    :func:`dgx_a100`). The allgather optimum of one box is 8 * 448 / 7 = 512 GB/s. Gpus do not forward
+    (an xGMI link carries data only when a kernel copies it).
+
+    Examples
+    --------
+    >>> t = mi300x(boxes=2)
+    >>> t.num_ranks, t.bandwidth("b0.gpu0", "b0.gpu7"), t.has_link("b1.nic3", "rail3")
+    (16, 64.0, True)
+    """
+    boxes = _box_count(boxes)
+    nic_bandwidth = _positive(nic_bandwidth, "nic_bandwidth")
+    _limit(boxes * 17 + 8, boxes * 44)
+    gpus: list[str] = []
+    links: list[LinkSpec] = []
+    per_box: list[list[str]] = []
+    for box in range(boxes):
+        ids = [_boxed(boxes, box, f"gpu{i}") for i in range(8)]
+        gpus += ids
+        per_box.append(ids)
+        links += [(ids[i], ids[j], MI300X_XGMI_GBPS, XGMI_LATENCY_US) for i in range(8) for j in range(i + 1, 8)]
+    switches: list[str] = []
+    if boxes > 1:
+        switches, scale_out = _rail_scale_out(per_box, lambda box, i: f"b{box}.nic{i}", lambda i: f"rail{i}",
+                                              nic_bandwidth)
+        links += scale_out
+    return Topology.build(
+        "mi300x", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"AMD MI300X, {boxes} box(es) of 8 gpus fully connected by 64 GB/s xGMI links"
+                    + (f"; one {nic_bandwidth:g} GB/s NIC per gpu, NIC i of every box on rail i" if boxes > 1 else ""))
+
+
+@entry("dgx-superpod", "DGX H100 SuperPOD-style rail-optimized fat-tree: scalable units of 32 boxes, leaf per "
+       "rail, spines per pod, cores; oversubscription parameter")
+def dgx_superpod(sus: int = 4, nodes_per_su: int = 32, sus_per_pod: int = 4, spines: int = 2, cores: int = 2,
+                 oversubscription: float = 1.0, nic_bandwidth: float = NDR_GBPS) -> Topology:
+    """A DGX H100 SuperPOD-style cluster: DGX H100 boxes on a rail-optimized, multi-tier fat-tree.
+
+    Boxes are :func:`dgx_h100` boxes (8 gpus at 450 GB/s on one NVSwitch node, one NIC per gpu at
+    ``nic_bandwidth``). A scalable unit (SU) holds ``nodes_per_su`` boxes and one leaf switch per rail
+    (``su{s}.leaf{r}``): NIC r of every box of the SU links to it. SUs are grouped ``sus_per_pod`` to a
+    pod; every rail-r leaf of a pod links to each of the pod's ``spines`` rail-r spine switches
+    (``pod{p}.spine{r}.{j}``) with its uplink bandwidth, ``nodes_per_su * nic_bandwidth /
+    oversubscription`` split evenly. With more than one pod, every rail-r spine links to each of
+    ``cores`` rail-r core switches (``core{r}.{j}``) with as much bandwidth as it receives from its
+    leaves, split evenly (a non-blocking top tier). Switch nodes stand for parallel cables (bandwidths
+    add up).
+
+    Sources: NVIDIA DGX SuperPOD reference architecture with DGX H100 (RA-11333-001): SUs of 32 DGX
+    H100, a rail-optimized NDR 400 Gb/s compute fabric (8 leaf switches per SU, one per rail), 4 SUs
+    (1,024 gpus) in the reference design with 16 spines, and larger SuperPODs adding a core tier
+    (the DGX SuperPOD B200 RA tabulates leaf/spine/core counts up to 64 SUs). Assumptions (parameters):
+    2 spines per rail and pod, 2 cores per rail, pods of 4 SUs, the oversubscription at the leaf
+    uplinks, and 0.5 µs per switch tier. Box cuts decide the allgather optimum at any
+    oversubscription below ``nodes_per_su`` (an SU still receives more per gpu than a box):
+    ``N * 400 / (N - 8)`` GB/s, 403.15 for the default 1,024 gpus; at 40:1 on 8 SUs an SU's 320 GB/s
+    of uplinks decide it: 2048 * 320 / 1792 = 365.71 GB/s. Gpus do not forward.
+
+    Examples
+    --------
+    >>> t = dgx_superpod(sus=2, nodes_per_su=2, sus_per_pod=1)
+    >>> t.num_ranks, t.has_link("b3.nic5", "su1.leaf5"), t.bandwidth("su0.leaf5", "pod0.spine5.1")
+    (32, True, 50.0)
+    """
+    sus = _count(sus, "sus", 1)
+    nodes_per_su = _count(nodes_per_su, "nodes_per_su", 1)
+    sus_per_pod = _count(sus_per_pod, "sus_per_pod", 1)
+    spines = _count(spines, "spines", 1)
+    cores = _count(cores, "cores", 1)
+    nic_bandwidth = _positive(nic_bandwidth, "nic_bandwidth")
+    if isinstance(oversubscription, bool) or not isinstance(oversubscription, int | float) or \
+            not math.isfinite(oversubscription) or oversubscription < 1:
+        raise ValueError(f"oversubscription must be a number >= 1 (1 is non-blocking), got {oversubscription!r}")
+    pods = -(-sus // sus_per_pod)
+    _check(sus <= sus_per_pod or sus % sus_per_pod == 0,
+           f"sus ({sus}) must be at most sus_per_pod ({sus_per_pod}) or a multiple of it")
+    boxes = sus * nodes_per_su
+    _check(boxes * 8 >= 2, "the cluster needs at least 2 gpus")
+    _limit(boxes * 17 + sus * 8 + pods * 8 * spines + 8 * cores,
+           boxes * 24 + sus * 8 * spines + (pods * 8 * spines * cores if pods > 1 else 0))
+    uplink = round(nodes_per_su * nic_bandwidth / oversubscription / spines, 6)
+    core_link = round(uplink * min(sus, sus_per_pod) / cores, 6)
+    gpus: list[str] = []
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    for box in range(boxes):
+        nvs = f"b{box}.nvs"
+        switches.append(nvs)
+        box_gpus = [f"b{box}.gpu{i}" for i in range(8)]
+        gpus += box_gpus
+        links += [(g, nvs, 450.0, NVSWITCH_HOP_US) for g in box_gpus]
+        su = box // nodes_per_su
+        for i, g in enumerate(box_gpus):
+            nic = f"b{box}.nic{i}"
+            switches.append(nic)
+            links += [(g, nic, nic_bandwidth, PCIE_HOP_US), (nic, f"su{su}.leaf{i}", nic_bandwidth, SWITCH_HOP_US)]
+    for su in range(sus):
+        switches += [f"su{su}.leaf{r}" for r in range(8)]
+        pod = su // sus_per_pod
+        links += [(f"su{su}.leaf{r}", f"pod{pod}.spine{r}.{j}", uplink, SWITCH_HOP_US)
+                  for r in range(8) for j in range(spines)]
+    for pod in range(pods):
+        switches += [f"pod{pod}.spine{r}.{j}" for r in range(8) for j in range(spines)]
+    if pods > 1:
+        switches += [f"core{r}.{j}" for r in range(8) for j in range(cores)]
+        links += [(f"pod{pod}.spine{r}.{j}", f"core{r}.{c}", core_link, SWITCH_HOP_US)
+                  for pod in range(pods) for r in range(8) for j in range(spines) for c in range(cores)]
+    tiers = "leaf/spine/core" if pods > 1 else "leaf/spine"
+    return Topology.build(
+        "dgx-superpod", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))],
+        description=f"DGX H100 SuperPOD-style cluster: {sus} SU(s) x {nodes_per_su} DGX H100, rail-optimized "
+                    f"{tiers} fat-tree, {nic_bandwidth:g} GB/s per NIC, {oversubscription:g}:1 at the leaves")
+
+
+@entry("tpu-v5p", "Google TPU v5p slice: 3D torus of chips, 100 GB/s per ICI link and direction")
+def tpu_v5p(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = TPU_V5P_ICI_GBPS, latency: float = 1.0) -> Topology:
+    """A Google TPU v5p slice: chips ``tpu{rank}`` on a 3D torus with wrap-around (rank = x + X*(y + Y*z)).
+
+    Sources: Google Cloud TPU v5p documentation: 8,960 chips per pod, slices up to 16x16x24 (6,144
+    chips), 3D torus interconnect, 1,200 GB/s bidirectional ICI bandwidth per chip, that is 100 GB/s per
+    direction on each of its 6 links. Full cubes (every size a multiple of 4) are tori; smaller shapes
+    have no wrap-around links in the product, but are modelled with them here (an assumption, as is
+    1.0 µs per hop). Chips forward (``forwards``): ICI routes through the chips between the ends. The allgather optimum of a slice of N chips is set by the cut around all chips but
+    one: N * 600 / (N - 1) GB/s (609.52 for 4x4x4).
+
+    Examples
+    --------
+    >>> t = tpu_v5p(dims=(4, 4, 8))
+    >>> t.num_ranks, t.graph.out_degree("tpu0"), t.bandwidth("tpu0", "tpu1")
+    (128, 6, 100.0)
+    """
+    sizes = _sizes(dims, "dims", lengths=(3,))
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    gpus, switches, links, dimensions = _product(["Ring"] * 3, sizes, [bandwidth] * 3, [latency] * 3, "tpu")
+    shape = "x".join(map(str, sizes))
+    return Topology.build("tpu-v5p", gpus, switches, links, dimensions=dimensions, forwards=True,
+                          description=f"Google TPU v5p {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")
+
+
+@entry("dragonfly", "dragonfly (Kim et al. 2008): groups of fully connected routers, terminals on each router, "
+       "relative global links")
+def dragonfly(p: int = 2, a: int = 4, h: int = 2, groups: int | None = None, bandwidth: float = 25.0,
+              global_bandwidth: float | None = None, latency: float = SWITCH_HOP_US) -> Topology:
+    """A dragonfly network: ``groups`` groups of ``a`` routers, ``p`` terminals (gpus) on every router.
+
+    Routers of a group are fully connected (local links); every router has ``h`` global ports. Global
+    port k of group G (k = router * h + port, 0 <= k < a*h) goes to group G + 1 + (k mod (groups - 1)),
+    arriving on the port with the opposite offset (the "relative" arrangement, so moving every group to
+    the next is a symmetry). ``groups`` defaults to the largest, a*h + 1 (one global link per pair of
+    groups); a smaller value must make groups - 1 divide a*h (parallel global links). Terminal t of
+    router r of group G is ``gpu{(G*a + r)*p + t}`` on router ``g{G}.r{r}``; boxes are groups.
+
+    Sources: J. Kim, W. J. Dally, S. Scott, D. Abts, "Technology-Driven, Highly-Scalable Dragonfly
+    Topology", ISCA 2008 (groups, a/p/h, balance a = 2p = 2h, g <= a*h + 1). Assumptions (parameters):
+    25 GB/s per link (200 Gb/s ports, as HPE Slingshot's), global links as fast as local ones, 0.5 µs per
+    hop. The default (p=2, a=4, h=2: 9 groups, 72 gpus) is the smallest balanced one. Gpus do not
+    forward: the routers do.
+
+    Examples
+    --------
+    >>> t = dragonfly()
+    >>> t.num_ranks, len(t.switches), t.has_link("g0.r0", "g1.r3"), t.has_link("g0.r1", "g3.r2")
+    (72, 36, True, True)
+    """
+    p, a, h = _count(p, "p", 1), _count(a, "a", 1), _count(h, "h", 1)
+    groups = a * h + 1 if groups is None else _count(groups, "groups", 2)
+    _check((a * h) % (groups - 1) == 0, f"groups - 1 ({groups - 1}) must divide a*h ({a * h})")
+    bandwidth, latency = _positive(bandwidth, "bandwidth"), _latency(latency, "latency")
+    global_bandwidth = bandwidth if global_bandwidth is None else _positive(global_bandwidth, "global_bandwidth")
+    _check(groups * a * p >= 2, "the network needs at least 2 gpus")
+    _limit(groups * a * (p + 1), groups * a * (p + a + h))
+    gpus = [f"gpu{r}" for r in range(groups * a * p)]
+    routers = [f"g{g}.r{r}" for g in range(groups) for r in range(a)]
+    links: list[LinkSpec] = [(gpus[index], routers[index // p], bandwidth, latency) for index in range(len(gpus))]
+    for g in range(groups):
+        links += [(f"g{g}.r{i}", f"g{g}.r{j}", bandwidth, latency) for i in range(a) for j in range(i + 1, a)]
+    span = groups - 1
+    global_links: list[LinkSpec] = []
+    for g in range(groups):
+        for k in range(a * h):
+            offset = k % span + 1
+            other = (g + offset) % groups
+            k_other = (k // span) * span + (span - offset)
+            if (g, k) < (other, k_other):
+                global_links.append((f"g{g}.r{k // h}", f"g{other}.r{k_other // h}", global_bandwidth, latency))
+    return Topology.build(
+        "dragonfly", gpus, routers, links + global_links, boxes=[r // (a * p) for r in range(len(gpus))],
+        description=f"dragonfly: {groups} groups x {a} routers x {p} gpus, {h} global links per router, "
+                    f"{bandwidth:g} GB/s local, {global_bandwidth:g} GB/s global")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -12,11 +13,12 @@ from typer.testing import CliRunner
 
 from synth.algorithms import synthesize
 from synth.algorithms.forest import forest, plan
-from synth.algorithms.forest.bound import bisect_bound, cut_bound, rate_with_trees
+from synth.algorithms.forest.bound import CutOracle, bisect_bound, cut_bound, rate_with_trees
 from synth.algorithms.forest.network import FlowSolver, Network
 from synth.algorithms.forest.packing import pack_trees
+from synth.algorithms.forest.quotient import QuotientCutOracle, gpu_quotient
 from synth.algorithms.forest.splitting import _shortcut, split_switches
-from synth.algorithms.forest.symmetry import box_translation, powers
+from synth.algorithms.forest.symmetry import box_translation, free_group, gpu_orbits, powers
 from synth.bounds import algbw_bound, limited_trees, optimal_bound
 from synth.collectives import Kind
 from synth.compare import bandwidth_bound
@@ -532,3 +534,115 @@ def test_cli_generate_forest(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["algorithm"] == "forest" and data["params"]["optimal_algbw_GBps"] == 25.0
+
+
+# ------------------------------------------------------------------ the bound at scale: quotients
+def network_rates(net: Network, weights: list[int], rate: Fraction) -> list[int]:
+    """max-flow(s -> v) for every gpu on the network itself, at ``rate`` (the flow test's left side)."""
+    oracle = CutOracle(net, weights)
+    x = rate * net.scale
+    oracle.configure([x.denominator * u for u in net.units], x.numerator)
+    return [oracle.solver.max_flow(oracle.source, v) for v in range(net.num_compute)]
+
+
+def assert_quotient_bound_is_exact(topo: Topology, weights: list[int]) -> None:
+    """The quotient test (forced) gives the network test's bound and a cut of that ratio; orbits and
+    quotients keep every gpu's max-flow value. Both directions (reduce-scatter reverses the links and shares
+    the orbits and partitions found for allgather)."""
+    for reverse in (False, True):
+        assert_direction_is_exact(topo, weights, reverse)
+
+
+def assert_direction_is_exact(topo: Topology, weights: list[int], reverse: bool) -> None:
+    plain = cut_bound(Network.from_topology(topo, reverse=reverse), weights, symmetric=False)
+    net = Network.from_topology(topo, reverse=reverse)
+    fast = cut_bound(net, weights, symmetric=True)
+    assert fast.rate == plain.rate
+    assert Fraction(net.egress_units(fast.cut), fast.weight) / net.scale == fast.rate  # the cut is a bottleneck
+    assert fast.egress == Fraction(net.egress_units(fast.cut), net.scale)
+    values = network_rates(net, weights, fast.rate)
+    labels = gpu_orbits(net, weights)
+    assert all(values[v] == values[labels[v]] for v in range(net.num_compute))  # orbits keep the flow value
+    for v in sorted(set(labels))[:4]:  # a quotient's max-flow is the network's
+        q = gpu_quotient(net, weights, v)
+        assert q is not None and np.count_nonzero(q.colours == q.colours[v]) == 1
+        oracle = QuotientCutOracle(net, weights, [v], [q])
+        x = fast.rate * net.scale
+        oracle.configure([x.denominator * u for u in net.units], x.numerator)
+        assert oracle.solvers[0].max_flow(q.cells, int(q.colours[v])) == values[v]
+
+
+@pytest.mark.parametrize("spec", ["dgx1", "ndv2:boxes=3", "dgx2:boxes=2", "dgx-a100:boxes=4", "dgx-h100:boxes=3",
+                                  "mi250:boxes=2", "torus:dims=4x4", "torus:dims=3x4x2", "hypercube:d=4", "bigraph",
+                                  "leaf-spine:leaves=3,gpus_per_leaf=2,spines=2,uplink_bandwidth=5",
+                                  "multidim:kinds=Switch/Ring,sizes=4x3,bandwidths=100x25", "gb200-nvl72:racks=2",
+                                  "mi300x:boxes=3", "dgx-superpod:sus=2,nodes_per_su=2,sus_per_pod=1,oversubscription=9",
+                                  "tpu-v5p:dims=2x3x4", "dragonfly", "dragonfly:a=4,h=2,groups=5,global_bandwidth=5"])
+def test_quotient_bound_equals_the_network_bound_on_named_topologies(spec):
+    topo = load_topology(spec)
+    n = topo.num_ranks
+    assert_quotient_bound_is_exact(topo, [1] * n)
+    assert_quotient_bound_is_exact(topo, [int(r == n - 1) for r in range(n)])  # one root (broadcast)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_topologies(max_gpus=7, max_switches=3), st.data())
+def test_quotient_bound_is_exact_on_random_topologies(topo, data):
+    n = topo.num_ranks
+    weights = data.draw(st.sampled_from([[1] * n, [int(r == 0) for r in range(n)],
+                                         [1 + (r % 2) for r in range(n)]]))
+    assert_quotient_bound_is_exact(topo, weights)
+    assert cut_bound(Network.from_topology(topo), weights, symmetric=True).rate == \
+        bisect_bound(Network.from_topology(topo), weights)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(boxed_topologies(), st.sampled_from([0, 1]))
+def test_quotient_bound_is_exact_with_box_symmetry(topo, root):
+    n = topo.num_ranks
+    assert_quotient_bound_is_exact(topo, [1] * n if root == 0 else [int(r == 0) for r in range(n)])
+    net = Network.from_topology(topo)
+    boxes = len(set(topo.boxes))
+    assert len(set(gpu_orbits(net, [1] * n))) <= n // boxes  # the box swaps were found
+
+
+def test_orbits_and_free_groups_are_automorphisms():
+    for spec in ["dgx-a100:boxes=3", "ndv2:boxes=2", "torus:dims=4x3", "gb200-nvl72", "dragonfly", "mi300x:boxes=2"]:
+        topo = load_topology(spec)
+        net = Network.from_topology(topo)
+        arcs = dict(zip(zip(net.tails, net.heads, strict=True), net.units, strict=True))
+        group = free_group(net, [1] * topo.num_ranks)
+        assert group is not None and group[0] == list(range(net.num_nodes))
+        for element in group:
+            assert sorted(element) == list(range(net.num_nodes))
+            assert all(arcs.get((element[t], element[h])) == u for (t, h), u in arcs.items())
+            if element != group[0]:
+                assert all(element[v] != v for v in range(net.num_compute))  # moves every gpu
+    assert len(free_group(Network.from_topology(load_topology("gb200-nvl72")), [1] * 72)) == 72
+    assert len(set(gpu_orbits(Network.from_topology(load_topology("torus:dims=4x3")), [1] * 12))) == 1
+
+
+def test_bound_at_scale_matches_the_hand_count():
+    """2,048 gpus: everything but one box receives through the box's 8 NICs of 25 GB/s."""
+    topo = load_topology("dgx-a100:boxes=256")
+    bound = optimal_bound(topo)
+    assert bound.rate_GBps == Fraction(200, 2048 - 8) and bound.flows <= 8
+    assert bound.cut_egress_GBps == 200 and len(bound.cut_gpus) == 2040
+    assert algbw_bound(topo, Kind.BROADCAST) == 200.0  # another box receives through its 8 NICs
+
+
+def test_symmetric_pipeline_falls_back_where_an_orbit_cannot_be_split_evenly():
+    topo = load_topology("dragonfly")  # routers: no splitting of an orbit of pairs by one amount works
+    for kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        schedule = forest(topo, kind, symmetric=True)
+        verify(schedule, topo)
+        assert congestion(schedule, topo).seconds_per_byte == Fraction(schedule.params["time_per_byte"])
+        assert schedule.params["gap_percent"] == 0
+
+
+def test_nvl72_packs_one_root_and_copies_it():
+    topo = load_topology("gb200-nvl72")
+    schedule = forest(topo, Kind.ALLGATHER)
+    verify(schedule, topo)
+    assert schedule.params["tree_box_symmetry"] is True
+    assert congestion(schedule, topo).seconds_per_byte == Fraction(71, 72 * 900 * GIGA)  # algbw 72 * 900 / 71

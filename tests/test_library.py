@@ -456,3 +456,96 @@ def test_models_reproduce_the_published_allgather_optimum(spec, optimum, publish
     assert round(float(optimum), 2) == published
     assert allgather_bound_holds(topo, optimum)  # no cut is tighter than the published optimum
     assert not allgather_bound_holds(topo, optimum * Fraction(1001, 1000))  # and one cut is that tight
+
+
+# ------------------------------------------------------------------------------ today's large systems
+def test_gb200_nvl72_one_link_to_each_switch_chip():
+    topo = load_topology("gb200-nvl72")
+    chips = [s for s in topo.switches if s.startswith("nvs")]
+    assert topo.num_ranks == 72 and len(chips) == 18 and topo.boxes is None
+    for gpu in topo.gpus:
+        assert sorted(topo.graph.successors(gpu)) == sorted(chips)
+        assert all(topo.bandwidth(gpu, chip) == topo.bandwidth(chip, gpu) == 50.0 for chip in chips)
+    racks = load_topology("gb200-nvl72:racks=3,rails=4")
+    assert racks.num_ranks == 216 and racks.boxes[72] == 1
+    assert racks.has_link("b2.gpu5", "b2.nic5") and racks.has_link("b2.nic5", "rail1")
+    assert not racks.has_link("b0.gpu0", "b1.nvs0")
+
+
+def test_mi300x_fully_connected_and_rails():
+    topo = load_topology("mi300x")
+    assert topo.num_ranks == 8 and not topo.switches
+    for a, b in itertools.permutations(topo.gpus, 2):
+        assert topo.bandwidth(a, b) == 64.0
+    assert topo.egress_bandwidth("gpu0") == 7 * 64.0
+    boxes = load_topology("mi300x:boxes=3")
+    assert boxes.has_link("b1.nic6", "rail6") and boxes.bandwidth("b1.gpu6", "b1.nic6") == 50.0
+    assert not boxes.has_link("b0.gpu0", "b1.gpu0")
+
+
+def test_dgx_superpod_tiers_and_oversubscription():
+    topo = load_topology("dgx-superpod:sus=4,nodes_per_su=2,sus_per_pod=2,spines=2,cores=2,oversubscription=2")
+    leaves = [s for s in topo.switches if ".leaf" in s]
+    spines = [s for s in topo.switches if ".spine" in s]
+    cores = [s for s in topo.switches if s.startswith("core")]
+    assert topo.num_ranks == 64 and (len(leaves), len(spines), len(cores)) == (32, 32, 16)
+    assert topo.has_link("b3.nic2", "su1.leaf2") and not topo.has_link("b3.nic2", "su1.leaf3")
+    assert topo.bandwidth("su1.leaf2", "pod0.spine2.1") == 2 * 50 / 2 / 2  # 2 boxes' NICs, 2:1, over 2 spines
+    assert not topo.has_link("su2.leaf2", "pod0.spine2.0") and topo.has_link("su2.leaf2", "pod1.spine2.0")
+    assert topo.bandwidth("pod1.spine2.0", "core2.1") == 2 * 25 / 2  # what it receives from its 2 leaves, over 2 cores
+    assert not topo.has_link("pod1.spine2.0", "core3.0")
+    two_tier = load_topology("dgx-superpod:sus=2,nodes_per_su=2")
+    assert not [s for s in two_tier.switches if s.startswith("core")]
+    for bad in ["dgx-superpod:oversubscription=0.5", "dgx-superpod:sus=6,sus_per_pod=4"]:
+        with pytest.raises(InputError):
+            load_topology(bad)
+
+
+def test_tpu_v5p_torus():
+    topo = load_topology("tpu-v5p:dims=4x4x8")
+    assert topo.num_ranks == 128 and [d.size for d in topo.dimensions] == [4, 4, 8]
+    assert all(topo.graph.out_degree(g) == 6 for g in topo.gpus)
+    assert topo.egress_bandwidth("tpu0") == 600.0  # 1,200 GB/s both ways per chip
+    assert topo.has_link("tpu0", "tpu3") and topo.has_link("tpu0", "tpu112")  # wrap-around in x and z
+
+
+def test_dragonfly_groups_routers_and_global_links():
+    topo = load_topology("dragonfly:p=2,a=4,h=2")
+    routers = topo.switches
+    assert len(routers) == 36 and topo.num_ranks == 72
+    group_pairs: dict[tuple[str, str], int] = {}
+    for router in routers:
+        group = router.split(".")[0]
+        neighbours = list(topo.graph.successors(router))
+        terminals = [v for v in neighbours if v.startswith("gpu")]
+        local = [v for v in neighbours if v.startswith(group + ".")]
+        remote = [v for v in neighbours if not v.startswith("gpu") and not v.startswith(group + ".")]
+        assert (len(terminals), len(local), len(remote)) == (2, 3, 2)
+        for other in remote:
+            key = (group, other.split(".")[0])
+            group_pairs[key] = group_pairs.get(key, 0) + 1
+    assert len(group_pairs) == 9 * 8 and set(group_pairs.values()) == {1}  # one global link per pair of groups
+    parallel = load_topology("dragonfly:a=4,h=2,groups=5")
+    assert parallel.num_ranks == 40 and parallel.boxes[39] == 4
+    with pytest.raises(InputError):
+        load_topology("dragonfly:a=4,h=2,groups=4")  # 3 does not divide 8
+
+
+@pytest.mark.parametrize("spec, optimum", [
+    ("gb200-nvl72", Fraction(72 * 900, 71)),  # all but one gpu: its 18 links
+    ("mi300x", Fraction(8 * 448, 7)),  # all but one gpu: its 7 xGMI links
+    ("mi300x:boxes=2", Fraction(16 * (448 + 50), 15)),  # all but one gpu: 7 xGMI links and its NIC
+    # 3 tiers, 48 gpus: all but one box (its 8 NICs, 400 / 40) beats all but one gpu (500 / 47)
+    ("dgx-superpod:sus=2,nodes_per_su=3,sus_per_pod=1", Fraction(48 * 400, 40)),
+    # 8:1 at the leaves: an SU's 8 leaves send 4 * 50 / 8 GB/s up each, 200 GB/s for its 32 gpus
+    ("dgx-superpod:sus=2,nodes_per_su=4,oversubscription=8", Fraction(64 * 200, 32)),
+    ("tpu-v5p:dims=4x4x2", Fraction(32 * 500, 31)),  # all but one chip: 5 links (the 2-ring has one)
+    ("dragonfly", Fraction(72 * 25, 71)),  # all but one terminal: its router link
+])
+def test_new_systems_reach_their_hand_counted_optimum(spec, optimum):
+    topo = load_topology(spec)
+    assert allgather_bound_holds(topo, optimum)  # independent networkx check: no tighter cut
+    assert not allgather_bound_holds(topo, optimum * Fraction(1001, 1000))
+    from synth.bounds import optimal_bound
+
+    assert topo.num_ranks * optimal_bound(topo).rate_GBps == optimum

@@ -84,7 +84,8 @@ def bound(
     console.print(f"[bold]bottleneck cut S[/bold]: {inside} of {n} gpus and {len(result.cut_switches)} switches. "
                   f"The {inside} shards owned inside S must all reach the {n - inside} gpu(s) outside through "
                   f"{result.cut_egress_GBps} GB/s of links: {result.rate_GBps} GB/s per shard.")
-    outside = [g for g in topo.gpus if g not in set(result.cut_gpus)]
+    in_cut = set(result.cut_gpus)
+    outside = [g for g in topo.gpus if g not in in_cut]
     console.print(f"  gpus in S:       {_names(result.cut_gpus)}")
     console.print(f"  gpus outside S:  {_names(outside)}")
     console.print(f"  switches in S:   {_names(result.cut_switches)}")

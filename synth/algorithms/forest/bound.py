@@ -25,7 +25,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from synth.algorithms.forest.network import FlowSolver, Network
+from synth.algorithms.forest.quotient import QuotientCutOracle, arrays, gpu_quotient
+from synth.algorithms.forest.symmetry import gpu_orbits
 
 
 @dataclass(frozen=True)
@@ -98,28 +102,75 @@ def _weight(weights: Sequence[int], nodes: Sequence[int]) -> int:
     return sum(weights[v] for v in nodes if v < len(weights))
 
 
+def _node_sums(net: Network) -> tuple[list[int], list[int]]:
+    """Every node's total outgoing and incoming capacity, in units."""
+    if sum(net.units) < 2**62:
+        a = arrays(net)
+        units = np.asarray(net.units, dtype=np.int64)
+        outward = np.zeros(net.num_nodes, dtype=np.int64)
+        inward = np.zeros(net.num_nodes, dtype=np.int64)
+        np.add.at(outward, a.tails, units)
+        np.add.at(inward, a.heads, units)
+        return outward.tolist(), inward.tolist()
+    return ([sum(net.units[a] for a in arcs) for arcs in net.out_arcs],
+            [sum(net.units[a] for a in arcs) for arcs in net.in_arcs])
+
+
 def _initial_cut(net: Network, weights: Sequence[int]) -> tuple[Fraction, list[int]]:
     """The best of the obvious cuts: one root alone, and everything but one gpu."""
-    best: tuple[Fraction, list[int]] | None = None
+    best: tuple[Fraction, int, bool] | None = None  # (ratio, node, True: the node alone / False: all but it)
     total = sum(weights)
-    everything = set(range(net.num_nodes))
+    outward, inward = _node_sums(net)
     for r, w in enumerate(weights):
         if w:
-            ratio = Fraction(net.egress_units([r]), w)
+            ratio = Fraction(outward[r], w)
             if best is None or ratio < best[0]:
-                best = (ratio, [r])
+                best = (ratio, r, True)
     for v in range(net.num_compute):
-        if total - weights[v] > 0:
-            cut = sorted(everything - {v})
-            ratio = Fraction(sum(net.units[a] for a in net.in_arcs[v]), total - weights[v])
+        rest = total - (weights[v] if v < len(weights) else 0)
+        if rest > 0:
+            ratio = Fraction(inward[v], rest)
             if best is None or ratio < best[0]:
-                best = (ratio, cut)
+                best = (ratio, v, False)
     assert best is not None
-    return best
+    ratio, node, alone = best
+    return ratio, [node] if alone else [u for u in range(net.num_nodes) if u != node]
 
 
-def cut_bound(net: Network, weights: Sequence[int]) -> CutBound:
+#: From this many gpus on, :func:`make_oracle` looks for symmetry by default.
+QUOTIENT_MIN_GPUS = 64
+#: The quotient test is used when it needs at most this many representatives (and at most a quarter of
+#: the gpus); otherwise every gpu is tested on the network itself.
+QUOTIENT_MAX_REPRESENTATIVES = 256
+
+
+def make_oracle(net: Network, weights: Sequence[int], symmetric: bool | None = None) -> CutOracle | QuotientCutOracle:
+    """The flow test for ``net``: on quotient networks, one gpu per orbit, when the network has enough
+    symmetry (see :mod:`~synth.algorithms.forest.quotient`), else a max-flow per gpu on the network.
+
+    ``symmetric``: None (default) tries symmetry from :data:`QUOTIENT_MIN_GPUS` gpus on, True always,
+    False never. Both tests give the same answers; only the time differs.
+    """
+    n = net.num_compute
+    if symmetric is False or symmetric is None and n < QUOTIENT_MIN_GPUS:
+        return CutOracle(net, weights)
+    labels = gpu_orbits(net, weights)
+    representatives = sorted(set(labels))
+    if len(representatives) > QUOTIENT_MAX_REPRESENTATIVES or (symmetric is None and 4 * len(representatives) > n):
+        return CutOracle(net, weights)
+    quotients = []
+    for v in representatives:
+        q = gpu_quotient(net, weights, v)
+        if q is None:
+            return CutOracle(net, weights)
+        quotients.append(q)
+    return QuotientCutOracle(net, weights, representatives, quotients)
+
+
+def cut_bound(net: Network, weights: Sequence[int], symmetric: bool | None = None) -> CutBound:
     """The exact optimal rate x* and a bottleneck cut, by parametric max-flow search.
+
+    ``symmetric`` chooses the flow test (see :func:`make_oracle`); the answer does not depend on it.
 
     Examples
     --------
@@ -131,7 +182,7 @@ def cut_bound(net: Network, weights: Sequence[int]) -> CutBound:
     """
     if not any(weights):
         raise ValueError("no root weight")
-    oracle = CutOracle(net, weights)
+    oracle = make_oracle(net, weights, symmetric)
     ratio, cut = _initial_cut(net, weights)
     while True:
         p, q = ratio.numerator, ratio.denominator
@@ -148,9 +199,9 @@ def cut_bound(net: Network, weights: Sequence[int]) -> CutBound:
                     oracle.flows)
 
 
-def feasible_rate(net: Network, weights: Sequence[int], rate: Fraction) -> bool:
+def feasible_rate(net: Network, weights: Sequence[int], rate: Fraction, symmetric: bool | None = None) -> bool:
     """True when every root can send ``rate`` GB/s per unit of weight at once (the flow test)."""
-    oracle = CutOracle(net, weights)
+    oracle = make_oracle(net, weights, symmetric)
     x = rate * net.scale
     oracle.configure([x.denominator * u for u in net.units], x.numerator)
     return oracle.violation() is None
@@ -190,7 +241,7 @@ def tree_capacities(net: Network, rate: Fraction, trees: int) -> list[int]:
 
 def lcd_trees(net: Network, rate: Fraction) -> int:
     """The smallest k that makes every ``k * b(e) / rate`` an integer (always enough trees per root)."""
-    return math.lcm(*((b / rate).denominator for b in net.bandwidth))
+    return math.lcm(*((b / rate).denominator for b in set(net.bandwidth)))
 
 
 def _largest_rate_for_cut(units: list[int], trees: int, need: int, start: Fraction) -> Fraction:
@@ -210,7 +261,7 @@ def rate_with_trees(net: Network, weights: Sequence[int], trees: int, optimum: F
     at which those capacities pass the flow test. A failing test names a cut; x drops to the largest
     value at which that cut's rounded-down capacity suffices, and the test repeats.
     """
-    oracle = CutOracle(net, weights)
+    oracle = make_oracle(net, weights)
     x = optimum * net.scale
     while True:
         capacities = [trees * u * x.denominator // x.numerator for u in net.units]
@@ -230,9 +281,9 @@ def optimal_tree_counts(net: Network, weights: Sequence[int], optimum: CutBound,
     an integer on each of them: only multiples of that cut's common denominator are tried."""
     rate = optimum.rate
     inside = set(optimum.cut)
-    step = math.lcm(*((net.bandwidth[a] / rate).denominator for v in inside for a in net.out_arcs[v]
-                      if net.heads[a] not in inside))
-    oracle = CutOracle(net, weights)
+    step = math.lcm(*((b / rate).denominator for b in {net.bandwidth[a] for v in inside for a in net.out_arcs[v]
+                                                         if net.heads[a] not in inside}))
+    oracle = make_oracle(net, weights)
     for trees in range(step, limit + 1, step):
         capacities = tree_capacities(net, rate, trees)
         oracle.configure(capacities, trees)

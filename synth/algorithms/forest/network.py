@@ -13,6 +13,7 @@ cheap. When capacities could overflow int64 it falls back to networkx on Python 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -22,6 +23,9 @@ import numpy as np
 from ortools.graph.python import max_flow
 
 from synth.topology import Topology
+
+#: Direction-independent results per topology object (see ``Network.shared``).
+_SHARED: weakref.WeakKeyDictionary[Topology, dict] = weakref.WeakKeyDictionary()
 
 #: The capacity that stands for "unbounded" (forcing arcs); finite totals are kept far below it.
 INFINITY = 1 << 60
@@ -64,10 +68,19 @@ class Network:
     units: list[int] = field(init=False)
     out_arcs: list[list[int]] = field(init=False, repr=False)
     in_arcs: list[list[int]] = field(init=False, repr=False)
+    #: Work derived from the network and kept with it (gpu orbits, refined partitions): see
+    #: :mod:`~synth.algorithms.forest.quotient`.
+    cache: dict = field(init=False, repr=False, default_factory=dict)
+    #: Like ``cache`` for results that do not depend on the direction of the links (automorphisms,
+    #: equitable partitions): shared by a topology's network and its reversed network.
+    shared: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.scale = math.lcm(*(b.denominator for b in self.bandwidth)) if self.bandwidth else 1
-        self.units = [int(b * self.scale) for b in self.bandwidth]
+        by_identity = {id(b): b for b in self.bandwidth}  # from_topology shares one Fraction per value
+        distinct = set(by_identity.values())
+        self.scale = math.lcm(*(b.denominator for b in distinct)) if distinct else 1
+        unit_of = {key: int(b * self.scale) for key, b in by_identity.items()}
+        self.units = [unit_of[id(b)] for b in self.bandwidth]
         self.out_arcs = [[] for _ in self.names]
         self.in_arcs = [[] for _ in self.names]
         for arc, (tail, head) in enumerate(zip(self.tails, self.heads, strict=True)):
@@ -82,12 +95,19 @@ class Network:
         tails: list[int] = []
         heads: list[int] = []
         bandwidth: list[Fraction] = []
-        for src, dst in topology.graph.edges():
+        exact: dict[float, Fraction] = {}  # one Fraction per distinct bandwidth (as Topology.exact_bandwidth)
+        for src, dst, value in topology.graph.edges(data="bandwidth"):
             a, b = (index[dst], index[src]) if reverse else (index[src], index[dst])
             tails.append(a)
             heads.append(b)
-            bandwidth.append(topology.exact_bandwidth(src, dst))
-        return cls(names, topology.num_ranks, tails, heads, bandwidth, reverse)
+            value = float(value)
+            fraction = exact.get(value)
+            if fraction is None:
+                fraction = exact[value] = Fraction(repr(value))
+            bandwidth.append(fraction)
+        net = cls(names, topology.num_ranks, tails, heads, bandwidth, reverse)
+        net.shared = _SHARED.setdefault(topology, {})
+        return net
 
     @property
     def num_nodes(self) -> int:
@@ -102,7 +122,12 @@ class Network:
     def egress_units(self, nodes: Iterable[int]) -> int:
         """Total capacity (in units of ``1/scale`` GB/s) of the arcs leaving the node set."""
         inside = set(nodes)
-        return sum(self.units[a] for v in inside for a in self.out_arcs[v] if self.heads[a] not in inside)
+        if len(inside) < 1024:
+            return sum(self.units[a] for v in inside for a in self.out_arcs[v] if self.heads[a] not in inside)
+        mask = np.zeros(self.num_nodes, dtype=bool)
+        mask[list(inside)] = True
+        leaving = mask[self.tails] & ~mask[self.heads]
+        return sum(self.units[a] for a in np.flatnonzero(leaving).tolist())
 
     def physical_path(self, path: Sequence[int]) -> tuple[str, ...]:
         """Node ids of a path of arcs of this network, in the topology's direction of travel."""

@@ -265,18 +265,23 @@ class _SymmetricPacker(_Packer):
 
     def grow(self, tree: TreeClass, auxes: list[int], stack: list[tuple[TreeClass, list[int]]]) -> None:
         """Grow ``tree`` (and its images) in batches: arcs that every copy can take are added without a
-        test, and the condition is tested once per batch; a failed batch is undone and replayed one arc at
-        a time with the exact test. (Only the state after a batch matters: if the rest can be completed
-        from there, it is a valid partial packing however it was reached.)"""
+        test, and the condition is tested once per batch. A batch that passes doubles the next one; a
+        batch that fails keeps its longest prefix that passes (found by bisection: a prefix of a
+        completable state is completable), and its first arc that broke it is retried with the exact
+        test, which may give it to fewer copies (splitting the class) or defer it. (Only the state after
+        a batch matters: if the rest can be completed from there, it is a valid partial packing however it
+        was reached.) So a tree costs a few tests per doubling and per failure, not one per arc."""
         inside, depth = self._membership(tree)
         heap: list[tuple[int, int, int, int]] = []
         deferred: list[tuple[int, int, int, int]] = []
         batch: list[tuple[int, int]] = []
-        careful = 0  # arcs still to add with the exact test after a failed batch
+        undone: list[tuple[int, int]] = []
+        refused: set[tuple[int, int]] = set()  # the deferred arcs: kept out of the heap until progress
+        size = self.batch_size
 
         def push_from(x: int) -> None:
             for y in self.out[x]:
-                if not inside[y] and self.remaining[(x, y)] > 0:
+                if not inside[y] and self.remaining[(x, y)] > 0 and (x, y) not in refused:
                     heapq.heappush(heap, (depth[x], -self.remaining[(x, y)], x, y))
 
         def add(x: int, y: int) -> None:
@@ -290,61 +295,98 @@ class _SymmetricPacker(_Packer):
             for entry in deferred:
                 heapq.heappush(heap, entry)
             deferred.clear()
+            refused.clear()
 
-        def flush() -> bool:
-            """Test the batch; on failure undo it (and rebuild the frontier) and return False."""
-            nonlocal careful, heap
-            if not batch:
-                return True
-            if self._passes():
-                batch.clear()
-                retry_deferred()
-                return True
-            careful = len(batch)
-            for x, y in reversed(batch):
+        def resize(length: int) -> None:
+            """Undo or redo batch arcs until the first ``length`` of them are applied."""
+            while len(batch) > length:
+                x, y = batch.pop()
                 self._revert(tree, auxes, x, y, tree.copies, [])
                 tree.arcs.pop()
                 tree.nodes.pop()
                 inside[y] = False
                 del depth[y]
+                undone.append((x, y))
+            while len(batch) < length:
+                x, y = undone.pop()
+                self._apply(tree, auxes, x, y, tree.copies)
+                batch.append((x, y))
+                add(x, y)
+
+        def flush() -> tuple[int, int] | None:
+            """Test the batch: None when it passes; else keep its longest passing prefix and return the
+            arc that came next (undone)."""
+            nonlocal heap, size
+            if not batch:
+                return None
+            if self._passes():
+                batch.clear()
+                size = min(2 * size, self.n)
+                retry_deferred()
+                return None
+            low, high = 0, len(batch)  # the first `low` arcs pass (0: the state before the batch), `high` fail
+            while high - low > 1:
+                middle = (low + high) // 2
+                resize(middle)
+                if self._passes():
+                    low = middle
+                else:
+                    high = middle
+            resize(low)
+            culprit = undone[-1]
             batch.clear()
+            undone.clear()
+            size = max(2, low)
             heap = []
             for v in tree.nodes:
                 push_from(v)
-            retry_deferred()
-            return False
+            if low:  # progress: arcs refused before may fit now (the culprit itself is retried by the caller)
+                retry_deferred()
+            return culprit
+
+        def exact(x: int, y: int) -> None:
+            """Add (x, y) to as many copies as the exact test allows, or defer it."""
+            if self._extend(tree, auxes, x, y, stack):
+                add(x, y)
+                retry_deferred()
+            else:
+                deferred.append((depth[x], -self.remaining[(x, y)], x, y))
+                refused.add((x, y))
 
         for v in tree.nodes:
             push_from(v)
         while True:
             if len(tree.nodes) == self.n:
-                if flush():
+                culprit = flush()
+                if culprit is None:
                     break
+                exact(*culprit)
                 continue
             if not heap:
-                if batch and not flush():
+                if batch:
+                    culprit = flush()
+                    if culprit is not None:
+                        exact(*culprit)
                     continue
                 raise PackingError(f"no arc can extend the tree of root {tree.root} ({len(tree.nodes)} nodes)")
             item = heapq.heappop(heap)
             _, _, x, y = item
             if inside[y] or self.remaining[(x, y)] <= 0:
                 continue
-            if careful == 0 and self.batch_size > 1 and \
-                    min(self.remaining[(g[x], g[y])] for g in self.group) >= tree.copies:
+            if self.batch_size > 1 and min(self.remaining[(g[x], g[y])] for g in self.group) >= tree.copies:
                 self._apply(tree, auxes, x, y, tree.copies)
                 batch.append((x, y))
                 add(x, y)
-                if len(batch) >= self.batch_size:
-                    flush()
+                if len(batch) >= size:
+                    culprit = flush()
+                    if culprit is not None:
+                        exact(*culprit)
                 continue
-            if not flush():
+            culprit = flush()
+            if culprit is not None:
+                exact(*culprit)
                 continue
-            if self._extend(tree, auxes, x, y, stack):
-                careful = max(0, careful - 1)
-                add(x, y)
-                retry_deferred()
-            else:
-                deferred.append(item)
+            exact(x, y)
         self._finish(tree, auxes)
 
     def pack(self) -> list[TreeClass]:

@@ -18,7 +18,7 @@ from synth.algorithms.forest.bound import (
 from synth.algorithms.forest.network import Network
 from synth.algorithms.forest.packing import TreeClass, pack_trees
 from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
-from synth.algorithms.forest.symmetry import box_translation, powers
+from synth.algorithms.forest.symmetry import box_translation, free_group, powers
 from synth.errors import InfeasibleError, InputError, LimitError
 from synth.topology import Topology
 
@@ -131,23 +131,32 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     flows = {"bound": optimum.flows}
     group = None
     if root is None and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
-        sigma = box_translation(net, topology)
-        group = powers(sigma) if sigma is not None else None
+        group = symmetry_group(net, topology, weights)
     failures = []
     for rate, trees, capacities in _candidates(net, weights, optimum, max_trees):
         mark = time.perf_counter()
+        used = group
         try:
-            logical = split_switches(net, capacities, weights, trees, group=group)
+            logical = split_switches(net, capacities, weights, trees, group=used)
         except SplitFailed as reason:
+            # splitting an orbit of pairs by one amount everywhere can be impossible where a splitting
+            # exists (a dragonfly's routers): fall back to splitting switch by switch, without the group
             failures.append(f"k={trees}: {reason}")
-            continue
+            if used is None:
+                continue
+            used = None
+            try:
+                logical = split_switches(net, capacities, weights, trees)
+            except SplitFailed as generic_reason:
+                failures.append(f"k={trees}: {generic_reason}")
+                continue
         timings["split"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=group)
+        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=used)
         timings["pack"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
-        return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, group is not None)
+        return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, used is not None)
     unbalanced = unbalanced_switches(topology)
     why = ("switches do not multicast, so a switch that can send more than it receives cannot serve the cut "
            "bound: " + ", ".join(f"{name} receives {inward} GB/s, sends {outward} GB/s"
@@ -156,12 +165,35 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     raise InfeasibleError(f"forest cannot reach the cut bound on {topology.name!r}: {why}")
 
 
+def symmetry_group(net: Network, topology: Topology, weights: list[int]) -> list[list[int]] | None:
+    """The larger of the box translations (:func:`~synth.algorithms.forest.symmetry.box_translation`) and
+    the free rotation group (:func:`~synth.algorithms.forest.symmetry.free_group`), or None."""
+    sigma = box_translation(net, topology)
+    boxes = powers(sigma) if sigma is not None else None
+    rotations = free_group(net, weights)
+    if rotations is not None and (boxes is None or len(rotations) > len(boxes)):
+        return rotations
+    return boxes
+
+
 def unbalanced_switches(topology: Topology) -> list[tuple[str, Fraction, Fraction]]:
     """Switches whose total ingress and egress bandwidth differ: (name, ingress, egress) in GB/s."""
+    exact: dict[float, Fraction] = {}
+
+    def total(values: Iterator[float]) -> Fraction:
+        result = Fraction(0)
+        for value in values:
+            fraction = exact.get(value)
+            if fraction is None:
+                fraction = exact[value] = Fraction(repr(float(value)))
+            result += fraction
+        return result
+
+    graph = topology.graph
     result = []
     for switch in topology.switches:
-        inward = sum((topology.exact_bandwidth(u, switch) for u in topology.graph.predecessors(switch)), Fraction(0))
-        outward = sum((topology.exact_bandwidth(switch, v) for v in topology.graph.successors(switch)), Fraction(0))
+        inward = total(bandwidth for _, _, bandwidth in graph.in_edges(switch, data="bandwidth"))
+        outward = total(bandwidth for _, _, bandwidth in graph.out_edges(switch, data="bandwidth"))
         if inward != outward:
             result.append((switch, inward, outward))
     return result
