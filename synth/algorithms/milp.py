@@ -244,7 +244,8 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
     cpsat : str
         ``"auto"`` runs CP-SAT unless the greedy start already meets the lower bound or the model has
         more than ``VARIABLES_PER_SECOND`` x ``time_limit_s`` variables (it could not load it in time);
-        ``"always"`` runs it whenever the greedy is not proven optimal; ``"never"`` keeps the greedy.
+        ``"always"`` runs it even then (at the greedy's makespan it can still find plans whose items
+        arrive earlier, which may simulate faster); ``"never"`` keeps the greedy.
     routing : str
         ``"auto"``, ``"free"`` (the time-indexed model, every item on every link) or ``"greedy"`` (the
         split model: the links the greedy plans route each item on); see the module notes.
@@ -434,7 +435,7 @@ def _solve_phase(topology: Topology, coll: Collective, settings: _Settings, chun
             f"schedule can finish in fewer than {bound} (delays and link capacities); raise 'epochs'")
     lower = min(bound, plan.makespan) if plan is not None else bound
     full_variables, full_constraints = _model_size(instance, horizon)
-    if plan is not None and plan.makespan <= bound:
+    if plan is not None and plan.makespan <= bound and settings.cpsat != "always":
         result = PhaseResult(instance, plan, plan.makespan, "optimal (the greedy plan meets the lower bound)",
                              full_variables, full_constraints, result="optimal", proved_by="bound",
                              why="the greedy plan meets the lower bound")
