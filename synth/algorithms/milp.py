@@ -47,7 +47,8 @@ How it is solved
    with the count); with ``cpsat="auto"``, one over :data:`VARIABLES_PER_SECOND` x ``time_limit_s``
    variables is not run (CP-SAT could not load it in time) and the greedy plan is returned, saying so.
 4. The epoch model is coarse: every solution CP-SAT finds is kept, and of them and the greedy plan the
-   one that *simulates* fastest (synth's flow model at ``size``) is the result. Transfers on a contended
+   one that *simulates* fastest (synth's flow model at ``size``, chunk by chunk with the plain α-β
+   costs: :func:`synth.evaluate.simulate_flow`) is the result. Transfers on a contended
    link get deps that keep their planned order in a few *lanes* (``order_deps="link"``), or none
    (``"none"``: they share the link); ``"auto"`` simulates both.
 
@@ -56,16 +57,19 @@ What produced the result (``params``): ``result`` is ``"optimal"`` (``proved_by`
 the greedy plan) or ``"greedy"`` (``why`` says why: the model too large, nothing faster found, cpsat
 never); ``gap`` ((epochs - lower bound) / epochs, 0 = optimal in the epoch model), ``variables`` and
 ``model`` (the model CP-SAT solved or would have), ``greedy_epochs`` and ``greedy_us`` /
-``simulated_us`` (the greedy plan's and the result's simulated time), and ``summary``, the one line
-``synth generate`` prints. Allreduce has two phases (``phases``): its result is ``optimal`` if both are,
-``improved`` if CP-SAT improved either, else ``greedy``.
+``simulated_us`` (the greedy plan's and the result's time in the flow model at chunk granularity, the
+α-β model the epochs approximate and the yardstick of every choice above), ``evaluated_us`` when the
+result is a CP-SAT plan (its time and the greedy plan's under synth's evaluator with the default plan
+rule: protocol, slices), and ``summary``, the one line ``synth generate`` prints. Allreduce has two
+phases (``phases``): its result is ``optimal`` if both are, ``improved`` if CP-SAT improved either,
+else ``greedy``.
 
 Time limits and determinism: ``time_limit_s`` is CP-SAT's budget in *deterministic* seconds (default
 :data:`DEFAULT_TIME_LIMIT_S`, or ``SYNTH_SOLVER_SECONDS`` when that is smaller), so the same input and
 ``seed`` give the same schedule, and one solve is one deterministic search: a larger budget extends the
 same search, finds every solution the smaller one found and more, and so never returns a slower
-schedule. A wall-clock cap stops a solver slowed down by a loaded machine: ``WALL_FACTOR`` x the budget
-+ ``WALL_SLACK_S``, and never more than ``SYNTH_SOLVER_SECONDS`` (default 600) unless the budget itself
+schedule in that simulation. A wall-clock cap stops a solver slowed down by a loaded machine:
+``WALL_FACTOR`` x the budget + ``WALL_SLACK_S``, and never more than ``SYNTH_SOLVER_SECONDS`` (default 600) unless the budget itself
 is larger; solutions reached only because of that timing are discarded in favour of the deterministic
 greedy plan (the bound stays valid), and ``params['stopped_by']`` is ``"wall-clock"``. ``workers`` > 1
 uses CP-SAT's deterministic interleaved parallel search.
@@ -90,6 +94,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -344,23 +349,43 @@ def _synthesize(topology: Topology, coll: Collective, settings: _Settings, order
     chunk_bytes = settings.size / coll.chunks
     phases: list[tuple[str, PhaseResult]] = []
     if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
-        result = _solve_phase(topology, coll, settings, chunk_bytes, multicast=kind == Kind.ALLGATHER,
-                              reverse=False, time_limit_s=settings.time_limit_s)
-        phases.append((kind.value, result))
-        planned = _forward_transfers(result, coll)
+        phases.append((kind.value, _solve_phase(topology, coll, settings, chunk_bytes, multicast=kind == Kind.ALLGATHER,
+                                                reverse=False, time_limit_s=settings.time_limit_s)))
     else:
         budget = settings.time_limit_s if kind == Kind.REDUCESCATTER else settings.time_limit_s / 2
-        transposed = _transpose(topology)
-        reduce_phase = _solve_phase(transposed, coll, settings, chunk_bytes, multicast=True, reverse=True,
-                                    time_limit_s=budget)
-        phases.append(("reducescatter", reduce_phase))
-        planned, tails = _reversed_transfers(reduce_phase, coll)
+        phases.append(("reducescatter", _solve_phase(_transpose(topology), coll, settings, chunk_bytes, multicast=True,
+                                                     reverse=True, time_limit_s=budget)))
         if kind == Kind.ALLREDUCE:
-            gather_phase = _solve_phase(topology, coll, settings, chunk_bytes, multicast=True, reverse=False,
-                                        time_limit_s=budget)
-            phases.append(("allgather", gather_phase))
-            planned += _forward_transfers(gather_phase, coll, offset=reduce_phase.plan.makespan,
-                                          after=tails, base=len(planned))
+            phases.append(("allgather", _solve_phase(topology, coll, settings, chunk_bytes, multicast=True,
+                                                     reverse=False, time_limit_s=budget)))
+    schedule = _schedule_of(topology, coll, phases, settings, order_deps)
+    if any(result.plan is not result.info["greedy_plan"] for _, result in phases):
+        # state the improvement in synth's evaluator too (the default plan rule: protocol, slices)
+        from synth.evaluate import evaluate
+
+        greedy_phases = [(name, dataclasses.replace(result, plan=result.info["greedy_plan"])) for name, result in phases]
+        greedy = _schedule_of(topology, coll, greedy_phases, settings, order_deps)
+        ours, theirs = evaluate(schedule, topology, settings.size), evaluate(greedy, topology, settings.size)
+        params = dict(schedule.params)
+        params["evaluated_us"] = {"result": round(ours.time_s * 1e6, 6), "greedy": round(theirs.time_s * 1e6, 6),
+                                  "plan": ours.plan.describe()}
+        params["summary"] += (f"; synth's evaluator ({ours.plan.protocol.value}): {_time(ours.time_s * 1e6)} against "
+                              f"the greedy plan's {_time(theirs.time_s * 1e6)}")
+        schedule = dataclasses.replace(schedule, params=params)
+    return schedule
+
+
+def _schedule_of(topology: Topology, coll: Collective, phases: list[tuple[str, PhaseResult]], settings: _Settings,
+                 order_deps: str) -> Schedule:
+    """The schedule of the phases' plans, with the dependency variant that simulates fastest."""
+    first = phases[0][1]
+    if coll.kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+        planned = _forward_transfers(first, coll)
+    else:
+        planned, tails = _reversed_transfers(first, coll)
+        if len(phases) > 1:
+            gather = phases[1][1]
+            planned += _forward_transfers(gather, coll, offset=first.plan.makespan, after=tails, base=len(planned))
     variants = ["link", "none"] if order_deps == "auto" else [order_deps]
     best: tuple[float, str, Schedule] | None = None
     for variant in variants:
@@ -463,6 +488,7 @@ def _solve_phase(topology: Topology, coll: Collective, settings: _Settings, chun
                                   variables, constraints, allowed, model, scorer)
     result.info["solve_s"] = time.perf_counter() - started
     result.info["bound"] = bound
+    result.info["greedy_plan"] = plan if plan is not None else result.plan
     result.info["greedy_epochs"] = plan.makespan if plan is not None else None
     if plan is not None:
         result.info["greedy_us"] = scorer.seconds(instance, plan) * 1e6
