@@ -15,7 +15,7 @@ from synth.errors import InfeasibleError, InputError, LimitError
 from synth.evaluate import evaluate
 from synth.sketch import Sketch, load_sketch
 
-FAST = {"time_limit_s": 2.0, "progress": None}
+FAST = {"time_limit_s": 0.5, "progress": None}
 NDV2_RELAY_SKETCH = {"name": "ndv2-pairs", "relays": list(range(8)), "pairing": "same-index",
                      "intra_box": "direct", "symmetry": "rotate-boxes"}
 
@@ -109,10 +109,16 @@ def test_time_out_returns_the_best_found_with_its_gap(dgx1):
     assert "optimal" not in params["status"]
 
 
-def test_too_large_is_refused_up_front_with_the_estimate(ndv2, monkeypatch):
-    monkeypatch.setenv("SYNTH_MAX_MILP_VARIABLES", "5000")
-    with pytest.raises(LimitError, match=r"milp allgather on ndv2 .* variables, over the limit of 5,000"):
-        milp(ndv2, Kind.ALLGATHER, size=1 << 20, cpsat="always", **FAST)
+def test_too_large_is_refused_up_front_with_the_estimate(dgx1, monkeypatch):
+    # alltoall of 1 MiB on DGX-1: the greedy plan (4 epochs) does not meet the bound (2), so a model is needed
+    monkeypatch.setenv("SYNTH_MAX_MILP_VARIABLES", "1000")
+    with pytest.raises(LimitError, match=r"milp alltoall on dgx1 \(time-indexed model.* 3,452 variables, over the "
+                                         r"limit of 1,000 \(SYNTH_MAX_MILP_VARIABLES\)"):
+        milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", **FAST)
+    with pytest.raises(LimitError, match=r"milp alltoall on dgx1 \(split model.* variables, over the limit of 1,000"):
+        milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="greedy", **FAST)
+    # the greedy alone builds no model, so nothing is refused
+    assert milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", **FAST).params["result"] == "greedy"
 
 
 def test_progress_reaches_a_callback(dgx1):
@@ -202,3 +208,121 @@ def test_cli_generate_with_a_sketch(tmp_path, capsys, monkeypatch):
     outcome = run_cli(["generate", "ndv2:boxes=2", "-c", "allgather", "-a", "milp", "-o", str(output),
                        "-O", "sketch={}".format(tmp_path / "missing.json")], capsys, monkeypatch)
     assert outcome.code == 2 and "no such sketch file" in outcome.err
+
+
+# ------------------------------------------------------------------------ what produced the result
+TACCL_SKETCH = {"name": "ndv2-taccl", "relays": list(range(8)), "pairing": "same-index", "intra_box": "direct",
+                "symmetry": "rotate-boxes"}
+
+
+def test_ndv2_1gb_allgather_is_proven_optimal_in_the_epoch_model(ndv2):
+    """2 x NDv2, 1 GB, 64 chunks, TACCL-style sketch: 32 chunks must cross each 12.5 GB/s NIC, one per
+    1.25 ms epoch, so the last first crossing starts at epoch 31 and lands at 32; the copies of that last
+    chunk landing by then reach at most 1 + 4 gpus within one more NVLink epoch (a DGX-1 gpu has 4 NVLink
+    peers) and 1 + 1 more, 6 < 8, so 34 epochs are needed: the greedy plan's 34 is optimal."""
+    schedule = milp(ndv2, Kind.ALLGATHER, size=10**9, chunks=64, sketch=TACCL_SKETCH, cpsat="never", progress=None)
+    verify(schedule, ndv2)
+    params = schedule.params
+    assert (params["result"], params["proved_by"], params["epochs"], params["lower_bound_epochs"]) == \
+        ("optimal", "bound", 34, 34)
+    assert params["summary"].startswith("proven optimal by the lower bound: 34 epochs")
+    assert params["greedy_epochs"] == 34 and params["model"] == "none"
+
+
+def test_cpsat_proves_and_improves_dgx1_alltoall(dgx1):
+    """Alltoall of 1 MiB on DGX-1: the greedy plan takes 4 epochs; CP-SAT on the time-indexed model finds
+    3 and proves that no schedule takes fewer; the result simulates faster than the greedy plan."""
+    schedule = milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", cpsat="always", time_limit_s=0.5,
+                    progress=None)
+    verify(schedule, dgx1)
+    params = schedule.params
+    if params.get("stopped_by") == "wall-clock":
+        pytest.skip("the machine is too loaded for CP-SAT to finish its budget before the wall-clock cap")
+    assert (params["result"], params["proved_by"], params["epochs"], params["greedy_epochs"]) == \
+        ("optimal", "cp-sat", 3, 4)
+    assert params["simulated_us"] < params["greedy_us"]
+    assert params["model"] == "time-indexed model" and params["variables"] > 0
+    measured = evaluate(schedule, dgx1, 1 << 20).time_s * 1e6
+    greedy = milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None)
+    assert measured < evaluate(greedy, dgx1, 1 << 20).time_s * 1e6  # the evaluator agrees, if by less
+    assert params["evaluated_us"]["result"] == pytest.approx(measured) and "synth's evaluator" in params["summary"]
+
+
+def test_greedy_results_say_why(dgx1):
+    never = milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None).params
+    assert never["result"] == "greedy" and "cpsat=never" in never["why"]
+    assert never["summary"].startswith("greedy plan: 4 epochs")
+    tiny = milp(dgx1, Kind.ALLTOALL, size=1 << 20, time_limit_s=0.1, progress=None).params
+    assert tiny["result"] == "greedy" and "3,452-variable time-indexed model is too large for CP-SAT in 0.1 s" in tiny["why"]
+    assert "3,452 variables" in tiny["summary"]
+
+
+def test_split_model_keeps_the_greedy_routes(dgx1):
+    schedule = milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="greedy", cpsat="always", time_limit_s=1.0,
+                    progress=None)
+    verify(schedule, dgx1)
+    params = schedule.params
+    assert params["model"].startswith("split model") and params["result"] in ("greedy", "improved", "optimal")
+    full = milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", routing="free", progress=None).params
+    assert params["variables"] < full["variables"]  # the split model is smaller than the time-indexed one
+
+
+def test_a_bigger_budget_never_returns_a_slower_schedule(dgx1):
+    times = []
+    for budget in (0.05, 0.3):
+        params = milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", cpsat="always", time_limit_s=budget,
+                      progress=None).params
+        if params.get("stopped_by"):
+            pytest.skip("the machine is too loaded for CP-SAT to finish its budget before the wall-clock cap")
+        times.append(params["simulated_us"])
+    assert times[1] <= times[0]
+
+
+def test_allreduce_combines_its_phases(dgx1):
+    params = milp(dgx1, Kind.ALLREDUCE, size=1024, progress=None, time_limit_s=0.5).params
+    phases = params["phases"]
+    assert set(phases) == {"reducescatter", "allgather"}
+    results = {phase["result"] for phase in phases.values()}
+    expected = "optimal" if results == {"optimal"} else "improved" if "improved" in results else "greedy"
+    assert params["result"] == expected
+    assert params["summary"].startswith(f"{expected}: reducescatter ")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topologies(min_gpus=4, max_gpus=4, max_switches=1), st.sampled_from([512, 1 << 16, 1 << 22]))
+def test_lower_bound_never_exceeds_a_schedule(topology, size):
+    """The combinatorial bound (with the spread of the last item across a box cut) is a true lower bound:
+    on small random systems split into boxes it is never above the greedy plan, nor above an optimum
+    CP-SAT proves on the time-indexed model."""
+    params = milp(topology, Kind.ALLGATHER, size=size, sketch={"box_size": 2}, routing="free", cpsat="always",
+                  time_limit_s=0.5, progress=None).params
+    assert params["combinatorial_bound_epochs"] <= params["greedy_epochs"]
+    assert params["combinatorial_bound_epochs"] <= params["epochs"]
+    if params["result"] == "optimal" and params["proved_by"] == "cp-sat":
+        assert params["combinatorial_bound_epochs"] <= params["lower_bound_epochs"] == params["epochs"]
+
+
+def test_default_time_limit_follows_synth_solver_seconds(monkeypatch):
+    from synth.algorithms.milp import DEFAULT_TIME_LIMIT_S, default_time_limit
+
+    assert default_time_limit() == DEFAULT_TIME_LIMIT_S == 10.0
+    monkeypatch.setenv("SYNTH_SOLVER_SECONDS", "3")
+    assert default_time_limit() == 3.0
+    schedule = milp(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096, progress=None)
+    assert schedule.params["time_limit_s"] == 3.0
+    monkeypatch.setenv("SYNTH_SOLVER_SECONDS", "soon")
+    with pytest.raises(InputError, match="SYNTH_SOLVER_SECONDS"):
+        milp(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096, progress=None)
+
+
+def test_cli_generate_says_how_the_schedule_was_found(tmp_path, capsys, monkeypatch):
+    from helpers import run_cli
+
+    output = tmp_path / "a2a.json"
+    outcome = run_cli(["generate", "dgx1", "-c", "alltoall", "-a", "milp", "-o", str(output), "-O", "size=1MiB",
+                       "-O", "cpsat=never"], capsys, monkeypatch)
+    assert outcome.code == 0, outcome.err
+    assert "milp: greedy plan: 4 epochs" in outcome.out and "cpsat=never" in outcome.out
+    outcome = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "milp", "-o", str(output), "-O", "size=1KiB"],
+                      capsys, monkeypatch)
+    assert outcome.code == 0 and "milp: proven optimal by the lower bound: 2 epochs" in outcome.out

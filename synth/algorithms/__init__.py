@@ -52,11 +52,14 @@ def register(name: str, target: str, collectives: set[Kind], summary: str) -> No
     REGISTRY[name] = Algorithm(name, target, frozenset(collectives), summary)
 
 
-register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle (shortest paths otherwise)")
+register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
+         "what NCCL 2.16 runs: rail-aware ring channels or its double binary tree, chosen with the protocol by "
+         "its tuning model at -O size=...")
+register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems")
 register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")
 register("binomial", "synth.algorithms.binomial:binomial", {BC, RD}, "binomial tree from/to the root")
 register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "bandwidth-optimal spanning trees (ForestColl): meets the exact cut bound")
-register("tree", "synth.algorithms.tree:tree", {AR}, "NCCL double binary tree, pipelined (shape=binomial: binomial tree)")
+register("tree", "synth.algorithms.tree:tree", {AR}, "double binary tree, pipelined, chunks from size=... (shape=binomial: binomial tree)")
 register("rhd", "synth.algorithms.rhd:rhd", {AG, RS, AR}, "recursive halving-doubling (Rabenseifner), any N, rank mapping")
 register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N) rounds of doubling distance")
 register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")

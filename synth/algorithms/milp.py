@@ -12,8 +12,7 @@ can forward c from epoch k)::
     Σ_{c, l through e, k in any window of e} send[c, l, k] <= cap[e]            (bandwidth)
     have[c, t, K] = 1 for every target t of c                                   (postcondition)
     done[k] <= have[c, t, k],  done[k] <= done[k+1]
-    stage 1: minimize the epochs until done        stage 2: at that makespan, minimize Σ arrival epochs
-                                                            (+ the number of sends, for alltoall)
+    minimize (the epochs until done, then Σ arrival epochs (+ the number of sends, for alltoall))
 
 Gpus keep every chunk they receive and may forward or copy it on any number of links (multicast);
 switches store nothing: a route through switches is one logical link crossed within one transfer.
@@ -28,49 +27,75 @@ How it is solved
 1. A greedy plan (earliest-arrival routing with capacity reservation, three request orders) for each
    candidate epoch length; the epoch and order whose plan *simulates* fastest (flow model at ``size``)
    win. Its makespan is the horizon K and the solver's hint.
-2. A lower bound in epochs: the farthest target by delay, and cut bounds (items that must leave a box,
-   or enter a gpu, through links of limited capacity). If the greedy meets it, it is optimal.
-3. Otherwise CP-SAT (single worker by default, fixed seed) in two lexicographic stages within
-   ``time_limit_s``. ``cpsat="auto"`` skips models over ``VARIABLES_PER_SECOND`` x ``time_limit_s``
-   variables, which CP-SAT could not even presolve in time (a sketch makes them smaller).
-4. The epoch model is coarse, so of the CP-SAT plan and the greedy one the faster in simulation is
-   kept. Transfers on a contended link get deps that keep their planned order in a few *lanes*
-   (``order_deps="link"``), or none (``"none"``: they share the link); ``"auto"`` simulates both.
+2. A lower bound in epochs: the farthest target by delay; cut bounds (items that must leave a box, or
+   enter a gpu, through links of limited capacity), and for a box, how long the last item to cross
+   needs to reach every gpu on the other side from the few places its copies can land. If the greedy
+   meets it, it is optimal (``result: optimal``, ``proved_by: bound``).
+3. Otherwise CP-SAT (single worker by default, fixed seed) within ``time_limit_s``, on one of two
+   models (``routing``):
 
-Determinism: ``time_limit_s`` is a budget in CP-SAT *deterministic* seconds, so the same input and
-``seed`` give the same schedule. A wall-clock safety cap (``WALL_FACTOR`` x the budget +
-``WALL_SLACK_S``) stops a solver slowed down by a loaded machine; a solution reached only because
-of that timing is then discarded in favour of the deterministic greedy (still with the valid
-bound), and ``params['stopped_by']`` is ``"wall-clock"``. ``workers`` > 1 uses CP-SAT's deterministic
-interleaved parallel search.
+   - the *time-indexed* model above, every item on every link, when it has at most
+     :data:`FULL_MODEL_VARIABLES` variables: CP-SAT's bound then holds for every schedule, so it can
+     prove optimality;
+   - the *split* model (TACCL's split into routing, then ordering): each item may use only the links
+     one of the greedy plans routed it on (the three request orders differ), and CP-SAT decides when
+     it crosses them. Far smaller (2 x NDv2 allgather of 1 GB, 32 chunks: 131,538 variables down to
+     a few thousand); its bound holds only for those routes.
+
+   A sketch's ``symmetry`` makes box b+1 share box b's variables. Models over the limit
+   (``SYNTH_MAX_MILP_VARIABLES``) are refused before they are built (:class:`~synth.errors.LimitError`,
+   with the count); with ``cpsat="auto"``, one over :data:`VARIABLES_PER_SECOND` x ``time_limit_s``
+   variables is not run (CP-SAT could not load it in time) and the greedy plan is returned, saying so.
+4. The epoch model is coarse: every solution CP-SAT finds is kept, and of them and the greedy plan the
+   one that *simulates* fastest (synth's flow model at ``size``, chunk by chunk with the plain α-β
+   costs: :func:`synth.evaluate.simulate_flow`) is the result. Transfers on a contended
+   link get deps that keep their planned order in a few *lanes* (``order_deps="link"``), or none
+   (``"none"``: they share the link); ``"auto"`` simulates both.
+
+What produced the result (``params``): ``result`` is ``"optimal"`` (``proved_by`` ``"bound"`` or
+``"cp-sat"``: no schedule has fewer epochs), ``"improved"`` (a CP-SAT solution simulates faster than
+the greedy plan) or ``"greedy"`` (``why`` says why: the model too large, nothing faster found, cpsat
+never); ``gap`` ((epochs - lower bound) / epochs, 0 = optimal in the epoch model), ``variables`` and
+``model`` (the model CP-SAT solved or would have), ``greedy_epochs`` and ``greedy_us`` /
+``simulated_us`` (the greedy plan's and the result's time in the flow model at chunk granularity, the
+α-β model the epochs approximate and the yardstick of every choice above), ``evaluated_us`` when the
+result is a CP-SAT plan (its time and the greedy plan's under synth's evaluator with the default plan
+rule: protocol, slices), and ``summary``, the one line ``synth generate`` prints. Allreduce has two
+phases (``phases``): its result is ``optimal`` if both are, ``improved`` if CP-SAT improved either,
+else ``greedy``.
+
+Time limits and determinism: ``time_limit_s`` is CP-SAT's budget in *deterministic* seconds (default
+:data:`DEFAULT_TIME_LIMIT_S`, or ``SYNTH_SOLVER_SECONDS`` when that is smaller), so the same input and
+``seed`` give the same schedule, and one solve is one deterministic search: a larger budget extends the
+same search, finds every solution the smaller one found and more, and so never returns a slower
+schedule in that simulation (unless the wall-clock cap below fires). A wall-clock cap stops a solver slowed down by a loaded machine:
+``WALL_FACTOR`` x the budget + ``WALL_SLACK_S``, and never more than ``SYNTH_SOLVER_SECONDS`` (default 600) unless the budget itself
+is larger; solutions reached only because of that timing are discarded in favour of the deterministic
+greedy plan (the bound stays valid), and ``params['stopped_by']`` is ``"wall-clock"``. ``workers`` > 1
+uses CP-SAT's deterministic interleaved parallel search.
 
 Options
 -------
 ``size`` (bytes or ``"64KiB"``, default 1 MiB) sets the chunk size the epochs are cut for;
 ``chunks`` defaults to N, or 2N when a gpu's share is bandwidth-bound (over 10x the route latency on
 the slowest link); ``epoch_us`` overrides the epoch; ``sketch`` restricts the model
-(:mod:`synth.sketch`: relays, pairing, symmetry, chunks, epochs); ``progress`` is a callable receiving
-:class:`Progress` events, ``"auto"`` (a rich status line on stderr when it is a terminal, else
-nothing) or None.
-
-The schedule's ``params`` report ``epochs`` (found), ``lower_bound_epochs`` (proven), ``gap``
-((found - bound) / found; 0 = optimal in the epoch model), ``status`` and ``origin`` per phase
-(``cp-sat`` or ``greedy``), ``epoch_us``, ``order_deps``, ``variables`` and, when it fired,
-``stopped_by``.
+(:mod:`synth.sketch`: relays, pairing, symmetry, chunks, epochs); ``routing`` is ``"auto"`` (the
+time-indexed model when small enough, else the split model), ``"free"`` or ``"greedy"`` (force one);
+``progress`` is a callable receiving :class:`Progress` events (the algorithm itself prints nothing).
 
 Examples
 --------
 >>> from synth.library import load_topology
 >>> topo = load_topology("ring:n=4")
 >>> s = milp(topo, Kind.ALLGATHER, size=4096, time_limit_s=2)
->>> s.params["epochs"], s.params["gap"]
-(2, 0.0)
+>>> s.params["epochs"], s.params["gap"], s.params["result"], s.params["proved_by"]
+(2, 0.0, 'optimal', 'bound')
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -100,22 +125,36 @@ from synth.topology import Topology
 
 #: Default message size the epochs are cut for, in bytes.
 DEFAULT_SIZE = 1 << 20
-#: Default solver budget in CP-SAT deterministic seconds.
+#: Default solver budget in CP-SAT deterministic seconds (lowered to SYNTH_SOLVER_SECONDS when that is less).
 DEFAULT_TIME_LIMIT_S = 10.0
 #: Default largest horizon, in epochs, when the epoch length is chosen automatically.
 DEFAULT_MAX_EPOCHS = 64
 #: The greedy's work (deliveries x logical links) is checked against the variable limit times this.
 GREEDY_WORK_PER_VARIABLE = 100
-#: CP-SAT is run only on models of at most this many variables per second of time limit.
-VARIABLES_PER_SECOND = 500
-#: The solver's wall-clock safety cap: WALL_FACTOR x time_limit_s + WALL_SLACK_S seconds.
-WALL_FACTOR = 4.0
-WALL_SLACK_S = 10.0
-#: Shares of the budget for stage 1 (fewest epochs) and at most for stage 2 (earliest arrivals).
-STAGE_ONE_SHARE = 0.8
-STAGE_TWO_SHARE = 0.2
+#: With ``routing="auto"``, the time-indexed model (every item on every link) up to this many variables.
+FULL_MODEL_VARIABLES = 30_000
+#: With ``cpsat="auto"``, CP-SAT is run only on models of at most this many variables per second of budget.
+VARIABLES_PER_SECOND = 5_000
+#: The solver's wall-clock safety cap: WALL_FACTOR x time_limit_s + WALL_SLACK_S seconds (at most
+#: SYNTH_SOLVER_SECONDS unless the budget is larger).
+WALL_FACTOR = 10.0
+WALL_SLACK_S = 60.0
 #: Multiples of the fastest transfer tried as the epoch length.
 EPOCH_FACTORS = (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+FULL_MODEL = "time-indexed model"
+SPLIT_MODEL = "split model (routing from the greedy plans, ordering by CP-SAT)"
+ROUTINGS = ("auto", "free", "greedy")
+
+
+def default_time_limit() -> float:
+    """CP-SAT's default budget: :data:`DEFAULT_TIME_LIMIT_S`, or ``SYNTH_SOLVER_SECONDS`` if smaller.
+
+    Examples
+    --------
+    >>> default_time_limit()
+    10.0
+    """
+    return min(DEFAULT_TIME_LIMIT_S, limits.solver_time_limit())
 
 
 @dataclass(frozen=True)
@@ -135,7 +174,12 @@ ProgressFunction = Callable[[Progress], None]
 
 @dataclass
 class PhaseResult:
-    """The outcome of solving one instance."""
+    """The outcome of solving one instance.
+
+    ``result`` is ``"optimal"`` (no schedule has fewer epochs: ``proved_by`` the combinatorial bound or
+    CP-SAT), ``"improved"`` (a CP-SAT solution simulates faster than the greedy plan) or ``"greedy"``
+    (the greedy plan, ``why`` says why).
+    """
 
     instance: Instance
     plan: Plan
@@ -145,6 +189,10 @@ class PhaseResult:
     constraints: int
     stopped_by: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    result: str = "greedy"
+    proved_by: str = ""
+    why: str = ""
+    model: str = "none"
 
     @property
     def gap(self) -> float:
@@ -171,9 +219,9 @@ class _Planned:
 # ------------------------------------------------------------------------------------- public API
 def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
          size: int | str = DEFAULT_SIZE, sketch: Sketch | str | dict[str, Any] | None = None,
-         time_limit_s: float = DEFAULT_TIME_LIMIT_S, seed: int = 0, workers: int = 1,
+         time_limit_s: float | None = None, seed: int = 0, workers: int = 1,
          epoch_us: float | None = None, max_epochs: int = DEFAULT_MAX_EPOCHS, order_deps: str = "auto",
-         cpsat: str = "auto", progress: ProgressFunction | str | None = "auto") -> Schedule:
+         cpsat: str = "auto", routing: str = "auto", progress: ProgressFunction | None = None) -> Schedule:
     """Time-indexed schedule for allgather, alltoall, reduce-scatter or allreduce (see the module notes).
 
     Parameters
@@ -187,8 +235,9 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         Message size in bytes (nccl-tests n) the epochs are cut for; ``"64KiB"`` is accepted.
     sketch : Sketch, dict or path, optional
         Restrictions (:mod:`synth.sketch`).
-    time_limit_s : float
-        CP-SAT budget in deterministic seconds per solve (allreduce runs two solves of half each).
+    time_limit_s : float, optional
+        CP-SAT budget in deterministic seconds per solve (allreduce runs two solves of half each);
+        default :func:`default_time_limit`.
     seed, workers : int
         CP-SAT random seed and number of workers.
     epoch_us : float, optional
@@ -199,17 +248,22 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         ``"auto"``, ``"link"`` or ``"none"`` (see the module notes).
     cpsat : str
         ``"auto"`` runs CP-SAT unless the greedy start already meets the lower bound or the model has
-        more than ``VARIABLES_PER_SECOND`` x ``time_limit_s`` variables (it would not finish presolve);
-        ``"always"`` runs it whenever the greedy is not proven optimal; ``"never"`` keeps the greedy.
-    progress : callable, "auto" or None
-        Progress reporting.
+        more than ``VARIABLES_PER_SECOND`` x ``time_limit_s`` variables (it could not load it in time);
+        ``"always"`` runs it even then (at the greedy's makespan it can still find plans whose items
+        arrive earlier, which may simulate faster); ``"never"`` keeps the greedy.
+    routing : str
+        ``"auto"``, ``"free"`` (the time-indexed model, every item on every link) or ``"greedy"`` (the
+        split model: the links the greedy plans route each item on); see the module notes.
+    progress : callable or None
+        Receives :class:`Progress` events (greedy start, each solution found, done).
 
     Raises
     ------
     InfeasibleError
         The sketch leaves a gpu unreachable, or no schedule fits its horizon.
     LimitError
-        The model would exceed ``SYNTH_MAX_MILP_VARIABLES``/``CONSTRAINTS`` even at the coarsest epoch.
+        The model CP-SAT would solve exceeds ``SYNTH_MAX_MILP_VARIABLES``/``CONSTRAINTS`` (refused
+        before it is built), or the greedy's work would.
     """
     from synth.units import parse_size
 
@@ -233,7 +287,13 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         raise InputError("", "order_deps", f"expected auto, link or none, got {order_deps!r}")
     if cpsat not in ("auto", "always", "never"):
         raise InputError("", "cpsat", f"expected auto, always or never, got {cpsat!r}")
+    if time_limit_s is None:
+        time_limit_s = default_time_limit()
     _check_number(time_limit_s, "time_limit_s", positive=True)
+    if routing not in ROUTINGS:
+        raise InputError("", "routing", f"expected one of {', '.join(ROUTINGS)}, got {routing!r}")
+    if progress is not None and not callable(progress):
+        raise InputError("", "progress", f"expected a callable or None, got {progress!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError("", "workers", f"expected a positive integer, got {workers!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -242,13 +302,10 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         raise InputError("", "max_epochs", f"expected a positive integer, got {max_epochs!r}")
     if epoch_us is not None:
         _check_number(epoch_us, "epoch_us", positive=True)
-    reporter, closer = _reporter(progress, kind)
-    settings = _Settings(size_bytes, plan_sketch, time_limit_s, seed, workers,
-                         epoch_us if epoch_us is not None else plan_sketch.epoch_us, max_epochs, reporter, cpsat)
-    try:
-        return _synthesize(topology, coll, settings, order_deps)
-    finally:
-        closer()
+    settings = _Settings(size_bytes, plan_sketch, float(time_limit_s), seed, workers,
+                         epoch_us if epoch_us is not None else plan_sketch.epoch_us, max_epochs, progress, cpsat,
+                         routing)
+    return _synthesize(topology, coll, settings, order_deps)
 
 
 def _default_chunks_per_rank(topology: Topology, size: int) -> int:
@@ -274,6 +331,11 @@ class _Settings:
     max_epochs: int
     report: ProgressFunction | None
     cpsat: str = "auto"
+    routing: str = "auto"
+
+    def wall_seconds(self, budget: float) -> float:
+        """The wall-clock cap of a solve with ``budget`` deterministic seconds (see the module notes)."""
+        return max(budget, min(WALL_FACTOR * budget + WALL_SLACK_S, limits.solver_time_limit()))
 
 
 def _check_number(value: Any, name: str, positive: bool) -> None:
@@ -287,23 +349,43 @@ def _synthesize(topology: Topology, coll: Collective, settings: _Settings, order
     chunk_bytes = settings.size / coll.chunks
     phases: list[tuple[str, PhaseResult]] = []
     if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
-        result = _solve_phase(topology, coll, settings, chunk_bytes, multicast=kind == Kind.ALLGATHER,
-                              reverse=False, time_limit_s=settings.time_limit_s)
-        phases.append((kind.value, result))
-        planned = _forward_transfers(result, coll)
+        phases.append((kind.value, _solve_phase(topology, coll, settings, chunk_bytes, multicast=kind == Kind.ALLGATHER,
+                                                reverse=False, time_limit_s=settings.time_limit_s)))
     else:
         budget = settings.time_limit_s if kind == Kind.REDUCESCATTER else settings.time_limit_s / 2
-        transposed = _transpose(topology)
-        reduce_phase = _solve_phase(transposed, coll, settings, chunk_bytes, multicast=True, reverse=True,
-                                    time_limit_s=budget)
-        phases.append(("reducescatter", reduce_phase))
-        planned, tails = _reversed_transfers(reduce_phase, coll)
+        phases.append(("reducescatter", _solve_phase(_transpose(topology), coll, settings, chunk_bytes, multicast=True,
+                                                     reverse=True, time_limit_s=budget)))
         if kind == Kind.ALLREDUCE:
-            gather_phase = _solve_phase(topology, coll, settings, chunk_bytes, multicast=True, reverse=False,
-                                        time_limit_s=budget)
-            phases.append(("allgather", gather_phase))
-            planned += _forward_transfers(gather_phase, coll, offset=reduce_phase.plan.makespan,
-                                          after=tails, base=len(planned))
+            phases.append(("allgather", _solve_phase(topology, coll, settings, chunk_bytes, multicast=True,
+                                                     reverse=False, time_limit_s=budget)))
+    schedule = _schedule_of(topology, coll, phases, settings, order_deps)
+    if any(result.plan is not result.info["greedy_plan"] for _, result in phases):
+        # state the improvement in synth's evaluator too (the default plan rule: protocol, slices)
+        from synth.evaluate import evaluate
+
+        greedy_phases = [(name, dataclasses.replace(result, plan=result.info["greedy_plan"])) for name, result in phases]
+        greedy = _schedule_of(topology, coll, greedy_phases, settings, order_deps)
+        ours, theirs = evaluate(schedule, topology, settings.size), evaluate(greedy, topology, settings.size)
+        params = dict(schedule.params)
+        params["evaluated_us"] = {"result": round(ours.time_s * 1e6, 6), "greedy": round(theirs.time_s * 1e6, 6),
+                                  "plan": ours.plan.describe()}
+        params["summary"] += (f"; synth's evaluator ({ours.plan.protocol.value}): {_time(ours.time_s * 1e6)} against "
+                              f"the greedy plan's {_time(theirs.time_s * 1e6)}")
+        schedule = dataclasses.replace(schedule, params=params)
+    return schedule
+
+
+def _schedule_of(topology: Topology, coll: Collective, phases: list[tuple[str, PhaseResult]], settings: _Settings,
+                 order_deps: str) -> Schedule:
+    """The schedule of the phases' plans, with the dependency variant that simulates fastest."""
+    first = phases[0][1]
+    if coll.kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+        planned = _forward_transfers(first, coll)
+    else:
+        planned, tails = _reversed_transfers(first, coll)
+        if len(phases) > 1:
+            gather = phases[1][1]
+            planned += _forward_transfers(gather, coll, offset=first.plan.makespan, after=tails, base=len(planned))
     variants = ["link", "none"] if order_deps == "auto" else [order_deps]
     best: tuple[float, str, Schedule] | None = None
     for variant in variants:
@@ -363,12 +445,11 @@ def _solve_phase(topology: Topology, coll: Collective, settings: _Settings, chun
     if settings.report:
         settings.report(Progress("greedy", label, message="choosing epochs and a greedy start"))
     scorer = _Scorer(coll, settings.size, multicast)
-    instance, plan = _choose_epoch(topology, links, items, multicast, chunk_bytes, settings, reverse,
-                                   rotation, chunk_map, scorer)
+    instance, plan, candidates = _choose_epoch(topology, links, items, multicast, chunk_bytes, settings, reverse,
+                                               rotation, chunk_map, scorer)
     boxes = sketch.boxes(topology)
     groups = [[r for r in range(topology.num_ranks) if boxes[r] == b] for b in sorted(set(boxes))] if boxes else []
     bound = instance.lower_bound(groups)
-    lower = min(bound, plan.makespan) if plan is not None else bound
     horizon = plan.makespan if plan is not None else (sketch.epochs or 0)
     if sketch.epochs is not None and horizon > sketch.epochs:
         horizon = sketch.epochs
@@ -377,33 +458,41 @@ def _solve_phase(topology: Topology, coll: Collective, settings: _Settings, chun
         raise InfeasibleError(
             f"the sketch allows {sketch.epochs} epochs of {instance.epoch_us:.4g} us on {topology.name}, but no "
             f"schedule can finish in fewer than {bound} (delays and link capacities); raise 'epochs'")
-    variables, constraints = _model_size(instance, horizon)
-    if plan is not None and plan.makespan <= lower:
-        result = PhaseResult(instance, plan, plan.makespan, "optimal (greedy meets the bound)", variables,
-                             constraints)
+    lower = min(bound, plan.makespan) if plan is not None else bound
+    full_variables, full_constraints = _model_size(instance, horizon)
+    if plan is not None and plan.makespan <= bound and settings.cpsat != "always":
+        result = PhaseResult(instance, plan, plan.makespan, "optimal (the greedy plan meets the lower bound)",
+                             full_variables, full_constraints, result="optimal", proved_by="bound",
+                             why="the greedy plan meets the lower bound")
     elif plan is not None and settings.cpsat == "never":
-        result = PhaseResult(instance, plan, lower, "greedy (cpsat=never)", variables, constraints)
-    elif plan is not None and settings.cpsat == "auto" and variables > VARIABLES_PER_SECOND * time_limit_s:
-        # CP-SAT cannot even finish presolve on a model this size within the budget: keep the greedy
-        # plan and the combinatorial bound rather than spend the time for nothing
-        result = PhaseResult(instance, plan, lower, f"greedy (the {variables:,}-variable model is too large for "
-                             f"CP-SAT in {time_limit_s:g} s: raise time_limit_s or use a sketch)", variables,
-                             constraints)
+        result = PhaseResult(instance, plan, lower, "greedy (cpsat=never)", full_variables, full_constraints,
+                             why="CP-SAT not run (cpsat=never)")
     else:
-        limits.check_milp(variables, constraints, f"milp {label} on {topology.name} ({horizon} epochs of "
+        split = plan is not None and (settings.routing == "greedy" or (
+            settings.routing == "auto" and full_variables > FULL_MODEL_VARIABLES))
+        allowed = _candidate_links(instance, candidates) if split else None
+        variables, constraints = (_model_size(instance, horizon, allowed) if split
+                                  else (full_variables, full_constraints))
+        model = SPLIT_MODEL if split else FULL_MODEL
+        # refuse up front, before building anything the limits do not allow
+        limits.check_milp(variables, constraints, f"milp {label} on {topology.name} ({model}: {horizon} epochs of "
                           f"{instance.epoch_us:.4g} us, {len(items)} chunks, {len(links)} links)",
                           hint="use a sketch (relays, symmetry), fewer chunks or a longer epoch_us")
-        result = _solve_cpsat(instance, horizon, lower, plan, settings, label, time_limit_s, variables,
-                              constraints)
-        if plan is not None and result.plan is not plan:
-            # the epoch model is coarse: keep the greedy start if it simulates faster
-            if scorer.seconds(instance, plan) < scorer.seconds(instance, result.plan) * (1 - 1e-9):
-                result.info["origin"] = "greedy"
-                result.status = (f"greedy (simulates faster than the cp-sat plan of {result.plan.makespan} "
-                                 f"epochs, {result.status})")
-                result.plan = plan
-                result.lower_bound = min(result.lower_bound, plan.makespan)
+        if plan is not None and settings.cpsat == "auto" and variables > VARIABLES_PER_SECOND * time_limit_s:
+            result = PhaseResult(instance, plan, lower, "greedy (model too large for the time limit)", variables,
+                                 constraints, model=model,
+                                 why=f"the {variables:,}-variable {model} is too large for CP-SAT in "
+                                     f"{time_limit_s:g} s (raise time_limit_s or use a sketch)")
+        else:
+            result = _solve_cpsat(instance, horizon, lower, bound, plan, settings, label, time_limit_s,
+                                  variables, constraints, allowed, model, scorer)
     result.info["solve_s"] = time.perf_counter() - started
+    result.info["bound"] = bound
+    result.info["greedy_plan"] = plan if plan is not None else result.plan
+    result.info["greedy_epochs"] = plan.makespan if plan is not None else None
+    if plan is not None:
+        result.info["greedy_us"] = scorer.seconds(instance, plan) * 1e6
+    result.info["simulated_us"] = scorer.seconds(instance, result.plan) * 1e6
     if settings.report:
         settings.report(Progress("done", label, result.plan.makespan, result.lower_bound,
                                  time.perf_counter() - started, result.status))
@@ -438,9 +527,10 @@ class _Scorer:
 
 def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item], multicast: bool,
                   chunk_bytes: float, settings: _Settings, reverse: bool, rotation: list[int] | None,
-                  chunk_map: dict[int, int] | None, scorer: _Scorer) -> tuple[Instance, Plan | None]:
+                  chunk_map: dict[int, int] | None, scorer: _Scorer) -> tuple[Instance, Plan | None, list[Plan]]:
     """Pick the epoch length: the given one, or the candidate whose greedy plan simulates fastest among
-    those within ``max_epochs`` and the variable limit."""
+    those within ``max_epochs``. Returns the instance, its best greedy plan and every greedy plan made
+    for it (the candidate routes of the split model)."""
     def make(epoch: float) -> Instance:
         return build_instance(topology, links, items, multicast, chunk_bytes, epoch, serial_fanout=reverse,
                               rotation=rotation, chunk_rotation=chunk_map, spread=spread)
@@ -450,10 +540,9 @@ def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item
     horizon = settings.sketch.epochs or 100_000
     if settings.epoch_us is not None:
         instance = make(settings.epoch_us)
-        return instance, _best_plan(instance, horizon, scorer)
+        return (instance, *_best_plan(instance, horizon, scorer))
     times = [link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links]
     fastest, slowest = min(times), max(times)
-    limit = limits.limit_value("max_milp_variables")
     best: tuple[float, Instance, Plan] | None = None
     fallback: tuple[Instance, Plan | None] | None = None
     for factor in EPOCH_FACTORS:
@@ -462,37 +551,57 @@ def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item
         plan = best_greedy(instance, horizon, orders=("interleave",))
         if plan is None:
             fallback = fallback or (instance, None)
-        else:
-            variables, _ = _model_size(instance, plan.makespan)
-            if plan.makespan <= settings.max_epochs and variables <= limit:
-                score = scorer.seconds(instance, plan)
-                if best is None or score < best[0] * (1 - 1e-9):
-                    best = (score, instance, plan)
-            elif fallback is None or fallback[1] is None or variables < _model_size(fallback[0], fallback[1].makespan)[0]:
-                fallback = (instance, plan)
+        elif plan.makespan <= settings.max_epochs:
+            score = scorer.seconds(instance, plan)
+            if best is None or score < best[0] * (1 - 1e-9):
+                best = (score, instance, plan)
+        elif fallback is None or fallback[1] is None or plan.makespan < fallback[1].makespan:
+            fallback = (instance, plan)
         if epoch >= slowest * 1.01:
             break
     if best is not None:
         instance = best[1]
-        return instance, _best_plan(instance, horizon, scorer, best[2])
+        return (instance, *_best_plan(instance, horizon, scorer, best[2]))
     assert fallback is not None
-    return fallback
+    return fallback[0], fallback[1], [fallback[1]] if fallback[1] is not None else []
 
 
-def _best_plan(instance: Instance, horizon: int, scorer: _Scorer, known: Plan | None = None) -> Plan | None:
-    """The greedy order whose plan simulates fastest (``known``: the interleave plan, already made)."""
-    best: tuple[float, Plan] | None = (scorer.seconds(instance, known), known) if known is not None else None
+def _best_plan(instance: Instance, horizon: int, scorer: _Scorer,
+               known: Plan | None = None) -> tuple[Plan | None, list[Plan]]:
+    """The greedy order whose plan simulates fastest (``known``: the interleave plan, already made), and
+    every plan made."""
+    made = [known] if known is not None else []
     for order in ("near", "item") if known is not None else ("interleave", "near", "item"):
         plan = best_greedy(instance, horizon, orders=(order,))
         if plan is not None:
-            seconds = scorer.seconds(instance, plan)
-            if best is None or seconds < best[0] * (1 - 1e-9):
-                best = (seconds, plan)
-    return best[1] if best else None
+            made.append(plan)
+    best: tuple[float, Plan] | None = None
+    for plan in made:
+        seconds = scorer.seconds(instance, plan)
+        if best is None or seconds < best[0] * (1 - 1e-9):
+            best = (seconds, plan)
+    return (best[1] if best else None), made
 
 
-def _model_size(instance: Instance, horizon: int) -> tuple[int, int]:
-    """Variables and constraints the CP-SAT model would have for ``horizon`` epochs (before symmetry)."""
+def _candidate_links(instance: Instance, plans: list[Plan]) -> list[set[int]]:
+    """Per item, the logical links any of the greedy plans sends it on (closed under the sketch's
+    symmetry): the routing the split model keeps, TACCL's first stage."""
+    per_rep: dict[int, set[int]] = defaultdict(set)
+    for plan in plans:
+        for send in plan.sends:
+            rep, power = instance.representative[send.item]
+            per_rep[rep].add(instance.link_image[power][send.link])
+    allowed: list[set[int]] = []
+    for index in range(len(instance.items)):
+        rep, power = instance.representative[index]
+        image = instance.link_image[power]
+        allowed.append({link for link in range(len(instance.links)) if image[link] in per_rep[rep]})
+    return allowed
+
+
+def _model_size(instance: Instance, horizon: int, allowed: list[set[int]] | None = None) -> tuple[int, int]:
+    """Variables and constraints the CP-SAT model would have for ``horizon`` epochs (``allowed``: the
+    links each item may use, None for all)."""
     sends = 0
     haves = 0
     for index, item in enumerate(instance.items):
@@ -500,7 +609,7 @@ def _model_size(instance: Instance, horizon: int) -> tuple[int, int]:
             continue  # under symmetry a rotated item shares its representative's variables
         dist = instance.dist[item.source]
         for link_index, link in enumerate(instance.links):
-            if link.dst == item.source:
+            if link.dst == item.source or (allowed is not None and link_index not in allowed[index]):
                 continue
             if not instance.multicast and link.src in item.targets:
                 continue
@@ -515,8 +624,13 @@ def _model_size(instance: Instance, horizon: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------- CP-SAT
-def _solve_cpsat(instance: Instance, horizon: int, lower: int, plan: Plan | None, settings: _Settings, label: str,
-                 time_limit_s: float, variables: int, constraints: int) -> PhaseResult:
+def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan: Plan | None, settings: _Settings,
+                 label: str, time_limit_s: float, variables: int, constraints: int, allowed: list[set[int]] | None,
+                 model_name: str, scorer: _Scorer) -> PhaseResult:
+    """One CP-SAT solve of the time-indexed model (every link, or each item's ``allowed`` links), with
+    the greedy plan as hint; every solution found is kept, and the one that simulates fastest (the
+    greedy plan included) is the result. ``lower``: epochs below which no plan exists (the combinatorial
+    bound, or the greedy's makespan if lower); ``bound``: the combinatorial bound itself."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -560,7 +674,7 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, plan: Plan | None
     for i, item in enumerate(items):
         dist = instance.dist[item.source]
         for link_index, link in enumerate(links):
-            if link.dst == item.source:
+            if link.dst == item.source or (allowed is not None and link_index not in allowed[i]):
                 continue
             if not instance.multicast and link.src in item.targets:
                 continue
@@ -642,96 +756,98 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, plan: Plan | None
             model.AddImplication(done[epoch - 1], done[epoch])
     makespan_expr = (horizon - lower) - sum(done.values())          # epochs beyond the lower bound
     secondary = secondary_max - sum(secondary_terms)                  # epochs items are still travelling
+    secondary_top = secondary_max
     if not instance.multicast:
         secondary += sum(send_vars.values())                          # fewer relay hops
-    model.Minimize(makespan_expr)
+        secondary_top += len(send_vars)
+    weight = secondary_top + 1
+    # one lexicographic objective (fewest epochs, then earliest arrivals) in one solve, so that a larger
+    # budget only extends the same deterministic search
+    model.Minimize(makespan_expr * weight + secondary)
     hinted = plan is not None and _hint(model, instance, plan, horizon, send_vars, have_vars, send_key, have_key, done)
 
     solver = cp_model.CpSolver()
     params = solver.parameters
-    params.max_time_in_seconds = float(time_limit_s) * WALL_FACTOR + WALL_SLACK_S
+    params.max_time_in_seconds = settings.wall_seconds(time_limit_s)
+    params.max_deterministic_time = float(time_limit_s)
     params.random_seed = settings.seed
     params.num_workers = settings.workers
     params.symmetry_level = 1  # the full symmetry search costs seconds of presolve on these models
     if settings.workers > 1:
         params.interleave_search = True
     started = time.perf_counter()
+    found: list[Plan] = []
+
+    def read(value: Callable[[Any], bool]) -> list[Send]:
+        sends = [Send(i, link_index, epoch) for (i, link_index), epochs in send_epochs.items() for epoch in epochs
+                 if value(send(i, link_index, epoch))]
+        return sorted(sends, key=lambda s: (s.epoch, s.link, s.item))
 
     class _Callback(cp_model.CpSolverSolutionCallback):
-        def __init__(self, stage: int) -> None:
-            super().__init__()
-            self.stage = stage
-
         def on_solution_callback(self) -> None:
+            sends = read(self.BooleanValue)
+            makespan = lower + round(self.Value(makespan_expr))
+            found.append(Plan(sends, makespan, _arrival_sum(instance, sends), "cp-sat"))
             if settings.report:
-                if self.stage == 1:
-                    best, bound = lower + round(self.ObjectiveValue()), lower + math.ceil(self.BestObjectiveBound() - 1e-9)
-                else:
-                    best, bound = None, None
-                settings.report(Progress("solve", label, best, bound, time.perf_counter() - started,
-                                         "makespan" if self.stage == 1 else "earlier arrivals"))
+                best_bound = lower + int(self.BestObjectiveBound() // weight + 1e-9)
+                settings.report(Progress("solve", label, makespan, best_bound, time.perf_counter() - started,
+                                         "makespan"))
 
-    # stage 1: the fewest epochs (the proven gap is about this); stage 2: earliest arrivals at that makespan
-    params.max_deterministic_time = float(time_limit_s) * STAGE_ONE_SHARE
-    status = solver.Solve(model, _Callback(1) if settings.report else None)
+    status = solver.Solve(model, _Callback())
     spent = solver.deterministic_time
     name = solver.StatusName(status)
     stopped_by = ""
     if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and spent < params.max_deterministic_time * 0.999:
         # the wall-clock safety cap fired first (a loaded machine): what the solver reached depends on
-        # timing, so keep only the deterministic greedy start and the (still valid) bound
+        # timing, so keep only the deterministic greedy start and the (still valid) combinatorial bound
         stopped_by = "wall-clock"
+        found = []
     if status == cp_model.INFEASIBLE:
         raise InfeasibleError(f"milp {label} on {instance.topology.name}: no schedule fits {horizon} epochs of "
                               f"{instance.epoch_us:.4g} us under the sketch (proven by CP-SAT)")
-    bound = lower
-    best = plan
-    origin = "greedy"
+    model_bound = lower
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and not stopped_by:
-        bound = max(lower, lower + math.ceil(solver.BestObjectiveBound() - 1e-9))
-        makespan = lower + round(solver.ObjectiveValue())
-
-        def read() -> list[Send]:
-            found = [Send(i, link_index, epoch)
-                     for (i, link_index), epochs in send_epochs.items() for epoch in epochs
-                     if solver.BooleanValue(send(i, link_index, epoch))]
-            return sorted(found, key=lambda s: (s.epoch, s.link, s.item))
-
-        found = read()
-        if best is None or makespan < best.makespan or (makespan == best.makespan and
-                                                         _arrival_sum(instance, found) <= best.arrival_sum):
-            best = Plan(found, makespan, _arrival_sum(instance, found), "cp-sat")
-            origin = "cp-sat"
-        remaining = min(float(time_limit_s) - spent, float(time_limit_s) * STAGE_TWO_SHARE)
-        if remaining > 0.02 * time_limit_s:
-            model.Add(makespan_expr <= best.makespan - lower)
-            model.Minimize(secondary)
-            model.ClearHints()
-            _hint(model, instance, best, horizon, send_vars, have_vars, send_key, have_key, done)
-            params.max_deterministic_time = remaining
-            second = solver.Solve(model, _Callback(2) if settings.report else None)
-            if second in (cp_model.OPTIMAL, cp_model.FEASIBLE) and \
-                    (second == cp_model.OPTIMAL or solver.deterministic_time >= remaining * 0.999):
-                found = read()
-                arrivals = _arrival_sum(instance, found)
-                if arrivals <= best.arrival_sum:
-                    best = Plan(found, best.makespan, arrivals, "cp-sat")
-                    origin = "cp-sat"
-            elif second not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
-                pass
-            else:
-                stopped_by = stopped_by or ("wall-clock" if second != cp_model.OPTIMAL else "")
-    if best is None:
+        model_bound = lower + int(solver.BestObjectiveBound() // weight + 1e-9)
+        if status == cp_model.OPTIMAL and found:
+            model_bound = found[-1].makespan
+    # the model's bound holds for every schedule only when the model had every link
+    global_bound = max(bound, model_bound) if allowed is None else bound
+    candidates = ([plan] if plan is not None else []) + found
+    if not candidates:
         raise InfeasibleError(f"milp {label} on {instance.topology.name}: no schedule within {horizon} epochs was "
                               f"found in {time_limit_s:g} s (not proven impossible; raise time_limit_s or epochs)")
-    bound = max(lower, min(bound, best.makespan))
-    if best.makespan <= bound:
-        state = "optimal"
+    best = min(candidates, key=lambda p: (round(scorer.seconds(instance, p), 15), p.makespan))
+    global_bound = min(global_bound, min(p.makespan for p in candidates))
+    result = PhaseResult(instance, best, min(global_bound, best.makespan), "", variables, constraints, stopped_by,
+                         model=model_name)
+    result.info.update({"hinted": hinted, "solver_status": name, "solutions": len(found),
+                        "model_bound_epochs": model_bound, "deterministic_s": round(spent, 3),
+                        "candidates": [(p.makespan, scorer.seconds(instance, p) * 1e6) for p in candidates]})
+    budget = f"{time_limit_s:g} s"
+    if best.makespan <= global_bound:
+        result.result, result.proved_by = "optimal", ("bound" if best.makespan <= bound else "cp-sat")
+        origin = "the greedy plan" if best is plan else "CP-SAT's plan"
+        result.why = (f"{origin} meets the lower bound" if result.proved_by == "bound" else
+                      f"CP-SAT proved that no schedule has fewer epochs than {origin}")
+    elif best is not plan:
+        result.result = "improved"
+        result.why = f"CP-SAT improved the greedy plan ({model_name}, {budget})"
     else:
-        state = f"{origin}, {name.lower()}" + (", stopped by the wall-clock cap" if stopped_by else "")
-    result = PhaseResult(instance, best, bound, state, len(send_vars) + len(have_vars) + len(done),
-                         len(model.Proto().constraints), stopped_by)
-    result.info.update({"hinted": hinted, "solver_status": name, "origin": origin})
+        result.result = "greedy"
+        if stopped_by:
+            result.why = f"CP-SAT stopped by the wall-clock cap before its {budget} budget (a loaded machine)"
+        elif found:
+            fastest = min(found, key=lambda p: (round(scorer.seconds(instance, p), 15), p.makespan))
+            fewest = min(p.makespan for p in found)
+            proven = " (optimal in the epoch model)" if fewest <= model_bound and allowed is None else ""
+            result.why = (f"CP-SAT's {len(found)} solutions in {budget}, down to {fewest} epochs{proven}, simulate no "
+                          f"faster than the greedy plan ({_time(scorer.seconds(instance, fastest) * 1e6)} against "
+                          f"{_time(scorer.seconds(instance, plan) * 1e6)})")
+            if allowed is not None and model_bound >= plan.makespan:
+                result.why += "; the greedy plan is optimal for its routing"
+        else:
+            result.why = f"CP-SAT found no solution other than the greedy plan in {budget}"
+    result.status = f"{result.result}: {result.why}"
     return result
 
 
@@ -893,67 +1009,80 @@ def _build(topology: Topology, coll: Collective, planned: list[_Planned], phases
     return builder.build()
 
 
+def _time(us: float) -> str:
+    return f"{us / 1e3:.4g} ms" if us >= 1e3 else f"{us:.4g} us"
+
+
+def phase_summary(result: PhaseResult) -> str:
+    """One line saying what produced a phase's plan (see the module notes)."""
+    epochs = f"{result.plan.makespan} epochs of {_time(result.instance.epoch_us)}"
+    gap = "" if result.result == "optimal" else \
+        f", gap {100 * result.gap:.1f}% to the lower bound of {result.lower_bound}"
+    size = f"{result.model}, {result.variables:,} variables" if result.model != "none" else \
+        f"the time-indexed model would have {result.variables:,} variables"
+    greedy_epochs = result.info.get("greedy_epochs")
+    if result.result == "optimal":
+        who = "by the lower bound" if result.proved_by == "bound" else "by CP-SAT"
+        return f"proven optimal {who}: {epochs} ({result.why}; {size})"
+    if result.result == "improved":
+        simulated = (f", simulated {_time(result.info['simulated_us'])} against the greedy plan's "
+                     f"{_time(result.info['greedy_us'])}" if "greedy_us" in result.info else "")
+        return (f"improved by CP-SAT: {epochs} (greedy plan {greedy_epochs}){simulated}{gap} "
+                f"({size})")
+    return f"greedy plan: {epochs}{gap}; {result.why} ({size})"
+
+
 def _assemble(topology: Topology, coll: Collective, planned: list[_Planned], phases: list[tuple[str, PhaseResult]],
               settings: _Settings, variant: str) -> Schedule:
     first = phases[0][1]
     epochs = sum(result.plan.makespan for _, result in phases)
     lower = sum(result.lower_bound for _, result in phases)
+    results = {result.result for _, result in phases}
+    overall = "optimal" if results == {"optimal"} else "improved" if "improved" in results else "greedy"
+    if len(phases) == 1:
+        summary = phase_summary(first)
+    else:
+        summary = f"{overall}: " + "; ".join(f"{name} {phase_summary(result)}" for name, result in phases)
     params: dict[str, Any] = {
         "chunks": coll.chunks,
         "size": settings.size,
+        "result": overall,
+        "proved_by": first.proved_by if overall == "optimal" and len(phases) == 1 else (
+            "+".join(result.proved_by for _, result in phases) if overall == "optimal" else ""),
+        "summary": summary,
         "epoch_us": first.instance.epoch_us,
         "epochs": epochs,
         "lower_bound_epochs": lower,
+        "combinatorial_bound_epochs": sum(result.info["bound"] for _, result in phases),
         "gap": (epochs - lower) / epochs if epochs else 0.0,
+        "greedy_epochs": sum(result.info.get("greedy_epochs") or 0 for _, result in phases) or None,
+        "model": "; ".join(result.model for _, result in phases),
+        "variables": sum(result.variables for _, result in phases),
+        "why": "; ".join(result.why for _, result in phases),
         "status": "; ".join(f"{name}: {result.status}" for name, result in phases),
-        "origin": "; ".join(str(result.info.get("origin", "greedy")) for _, result in phases),
         "solver": "CP-SAT",
         "time_limit_s": settings.time_limit_s,
         "seed": settings.seed,
         "workers": settings.workers,
         "order_deps": variant,
-        "variables": sum(result.variables for _, result in phases),
         "sketch": settings.sketch.name or ("custom" if settings.sketch.to_dict() != load_sketch(None).to_dict()
                                            else "none"),
         "logical_links": len(first.instance.links),
     }
+    if len(phases) == 1:
+        for key in ("greedy_us", "simulated_us"):
+            if key in first.info:
+                params[key] = round(first.info[key], 6)
     stopped = [result.stopped_by for _, result in phases if result.stopped_by]
     if stopped:
         params["stopped_by"] = stopped[0]
     if len(phases) > 1:
-        params["phases"] = {name: {"epochs": r.plan.makespan, "lower_bound_epochs": r.lower_bound,
-                                   "gap": r.gap, "status": r.status, "epoch_us": r.instance.epoch_us}
+        params["phases"] = {name: {"result": r.result, "epochs": r.plan.makespan, "lower_bound_epochs": r.lower_bound,
+                                   "gap": r.gap, "greedy_epochs": r.info.get("greedy_epochs"), "model": r.model,
+                                   "variables": r.variables, "why": r.why, "epoch_us": r.instance.epoch_us}
                             for name, r in phases}
     limits.check_transfers(len(planned), f"milp {coll.kind} on {topology.name}")
     return _build(topology, coll, planned, phases, variant, settings.size, params)
 
 
-# ----------------------------------------------------------------------------------------- progress
-def _reporter(progress: ProgressFunction | str | None, kind: Kind) -> tuple[ProgressFunction | None, Callable[[], None]]:
-    if progress is None or progress is False:
-        return None, lambda: None
-    if callable(progress):
-        return progress, lambda: None
-    if progress != "auto":
-        raise InputError("", "progress", f"expected a callable, 'auto' or None, got {progress!r}")
-    if not sys.stderr.isatty():
-        return None, lambda: None
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    status = console.status(f"milp {kind}: starting")
-    status.start()
-
-    def show(event: Progress) -> None:
-        if event.phase == "solve":
-            status.update(f"milp {event.collective}: best {event.best_epochs} epochs, bound {event.bound_epochs}, "
-                          f"{event.elapsed_s:.1f} s")
-        elif event.phase == "greedy":
-            status.update(f"milp {event.collective}: {event.message}")
-        else:
-            status.update(f"milp {event.collective}: {event.message} ({event.best_epochs} epochs)")
-
-    return show, status.stop
-
-
-__all__ = ["Progress", "milp"]
+__all__ = ["Progress", "default_time_limit", "milp", "phase_summary"]

@@ -176,16 +176,49 @@ class Instance:
                      and any(t not in inside for t in item.targets))
         if not needed:
             return 0
-        last_start = max(self._first_epoch_for(needed, edges) for edges in self._crossing_rate_sets(crossing))
+        rate_sets = self._crossing_rate_sets(crossing)
+        last_start = max(self._first_epoch_for(needed, edges) for edges in rate_sets)
         delay = min(self.delay[index] for index in crossing)
         spread = 0
         if self.multicast:
+            outside = [v for v in range(self.num_ranks) if v not in inside]
+            landing = sorted({self.links[index].dst for index in crossing})
             # the last item to cross may cross several times, so only the distance from the nearest
             # landing point counts, for the farthest target outside
-            outside = [v for v in range(self.num_ranks) if v not in inside]
-            landing = {self.links[index].dst for index in crossing}
             spread = max(min(self.dist[v][t] for v in landing) for t in outside)
+            spread = max(spread, self._spread_bound(outside, landing, rate_sets))
         return last_start + delay + spread
+
+    def _spread_bound(self, outside: list[int], landing: list[int], rate_sets: list[list[int]]) -> int:
+        """Epochs the last item to cross needs, after its first copy lands, to reach every gpu outside.
+
+        Copies of it can land at most ``1 + R(x)`` times by x epochs after the first (R: the sends the
+        crossing links can start in x epochs), and a copy that has had r epochs reaches at most
+        ``ball(r)`` gpus (the most gpus within r epochs of one landing point). The bound is the first r
+        at which the copies, landing as early as they can, could cover every gpu outside.
+        """
+        count = len(outside)
+        reach = [[self.dist[v][t] for t in outside] for v in landing]
+        horizon = max((d for row in reach for d in row if d < 10**9), default=0)
+
+        def ball(radius: int) -> int:
+            return max(sum(1 for d in row if d <= radius) for row in reach)
+
+        def copies(epochs: int) -> int:  # copies landed within ``epochs`` epochs after the first one
+            room = min(sum(self.cap[e] * -(-(epochs + 1) // self.window[e]) for e in edges) for edges in rate_sets)
+            return min(count, max(1, room))
+
+        balls = [ball(r) for r in range(horizon + 1)]
+        for radius in range(horizon + 1):
+            covered = 0
+            previous = 0
+            for x in range(radius + 1):
+                landed = copies(x)
+                covered += (landed - previous) * balls[radius - x]
+                previous = landed
+            if covered >= count:
+                return radius
+        return horizon
 
     def _ingress_bound(self, rank: int) -> int:
         incoming = self.in_links[rank]

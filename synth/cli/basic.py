@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -99,12 +99,49 @@ def generate(
         options["chunks"] = chunks
     if root is not None:
         options["root"] = root
-    schedule = synthesize(topo, kind, algorithm, **options)
+    with _solver_status(algorithm, options):
+        schedule = synthesize(topo, kind, algorithm, **options)
     if not no_verify:
         verify(schedule, topo)
     atomic_write_text(output, schedule.to_json())
     console.print(f"wrote {output}: {algorithm} {kind} on {topo.name}, {len(schedule.transfers)} transfers, "
                   f"{schedule.chunks} chunks" + ("" if no_verify else ", verified"))
+    summary = schedule.params.get("summary") if isinstance(schedule.params, dict) else None
+    if isinstance(summary, str):  # what produced the result (milp: proven optimal, improved or the greedy plan)
+        console.print(f"{algorithm}: {summary}", soft_wrap=True)
+
+
+def _solver_status(algorithm: str, options: dict[str, object]) -> Any:
+    """A status line on stderr (a terminal only, not with --quiet) fed by an algorithm's ``progress``
+    callback, when it takes one and none was given."""
+    import contextlib
+    import inspect
+    import sys
+
+    from synth.algorithms import REGISTRY
+    from synth.cli.common import VERBOSITY, err_console
+
+    entry = REGISTRY.get(algorithm)
+    if (entry is None or "progress" in options or VERBOSITY["level"] == 0 or not sys.stderr.isatty()
+            or "progress" not in inspect.signature(entry.load()).parameters):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def show() -> Any:
+        with err_console.status(f"{algorithm}: starting") as status:
+            def update(event: Any) -> None:
+                bound = f", bound {event.bound_epochs}" if getattr(event, "bound_epochs", None) is not None else ""
+                best = f"best {event.best_epochs} epochs{bound}, " if getattr(event, "best_epochs", None) else ""
+                status.update(f"{algorithm} {event.collective}: {event.phase}: {best}{event.message} "
+                              f"({event.elapsed_s:.1f} s)")
+
+            options["progress"] = update
+            try:
+                yield
+            finally:
+                options.pop("progress", None)
+
+    return show()
 
 
 def verify_command(

@@ -1,0 +1,564 @@
+"""``nccl``: the schedule NCCL would run, chosen the way NCCL chooses it (the baseline of every comparison).
+
+Everything here follows NCCL v2.16.5-1 (github.com/NVIDIA/nccl, tag ``v2.16.5-1``: the last release before
+NVLS, and the one whose protocol latencies :mod:`synth.plan` uses), read for its rules only; no code
+is copied.
+
+Channels (``src/graph/search.cc``, ``src/graph/connect.cc``)
+    NCCL searches *ring graphs*: on a multi-box system every channel enters a box through a NIC and
+    leaves it through a NIC, visiting the box's gpus over NVLink, one channel per NIC; on one box, rings
+    over NVLink as the links' bandwidth allows. synth builds the same rings with
+    :func:`synth.algorithms.ring.channel_rings` (``channels="auto"``: rail rings, or the box's cycles).
+    The graph's per-channel bandwidth is emulated from those rings: the share of the busiest link each
+    ring gets when all run at once, rounded down to NCCL's speed table (``speedArrayIntra`` /
+    ``speedArrayInter``, the sm90 tables on Hopper); the channel count is the number of rings, or more
+    (up to 16) when the links hold more channels of that speed (NVSwitch); channels are doubled at half
+    the speed when the speed is at least 25 GB/s (50 on Hopper), as ``ncclTopoCompute`` does. The tree
+    graph has the same channels, and on one or two boxes its intra-box speed is raised towards twice the
+    inter-box speed while the box's links allow (``ncclTopoCompute``'s pass 2). ``connect.cc`` then
+    doubles the channels once more: channel c + C runs the same ring as channel c, and the second tree.
+Tuning model (``src/graph/tuning.cc``: ``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``)
+    Per (algorithm, protocol): bus bandwidth = channels x speed, with NCCL's caps (Ampere 235 GB/s, LL
+    a quarter or a third capped by ``llMaxBws``, LL128 0.92 capped at 20 GB/s per channel, tree 0.92
+    capped by ``perChMaxTreeBws``, tree LL / 3.8, tree LL128 x 7/9 or 120/128), converted to algorithm
+    bandwidth (ring x N / steps, tree x 1/2); latency = ``baseLat`` + per-step ``hwLat`` (NVLink inside
+    a box, NET between boxes, LL x 1.8 on several boxes); time = latency (x 1.9 for the multi-box
+    Simple ring allreduce plateau) + bytes / (1000 x bandwidth), the tree's bandwidth scaled by
+    ``treeCorrectionFactor``. NCCL runs the fastest; so does this algorithm. LL128 is enabled on Volta,
+    Ampere and Hopper. Allgather, reduce-scatter, broadcast and reduce have only the ring; allreduce
+    chooses between ring and tree. Alltoall is NCCL's grouped send/receive to every peer (``direct``),
+    LL up to 16 KiB per peer (``NCCL_P2P_LL_THRESHOLD``), Simple above.
+Channels used at a size (``getAlgoInfo`` in ``src/enqueue.cc``)
+    Fewer channels for small messages: while bytes < channels x threads x threshold, one channel less
+    (thresholds LL 8 x N for the ring, LL128 8, Simple 64 bytes per thread; 512 threads, 640 for LL128).
+Schedules
+    Ring: every channel's ring carries 1/channels of the data, one block per rank (C = N x channels;
+    the evaluator's slices stream each block as NCCL's steps do). Tree: NCCL's double binary tree
+    *over the boxes* (``src/graph/trees.cc``), each box a chain (the channel's ring order inside the box
+    from the gpu next to its NIC), the chain heads joined between boxes over their NICs (NCCL's TREE
+    pattern); channel c runs the first tree, channel c + C the mirrored one; chunks as NCCL sizes them
+    (:func:`synth.algorithms.tree.nccl_tree_chunk_bytes`). Broadcast and reduce: a chain along every
+    channel's ring from the root, one 512 KiB step (Simple) per chunk.
+
+Options: ``size`` (bytes or ``"1MiB"``): the message size NCCL chooses for. Without it: the ring with
+Simple on every channel (NCCL's usual choice for large messages); the schedule records that no size was
+given. ``arch`` (``auto``, ``volta``, ``ampere``, ``hopper``): the gpu generation of NCCL's tables
+(``auto``: DGX-1, NDv2 and DGX-2 Volta, DGX A100 Ampere with AMD cpus, DGX H100 Hopper, anything else
+Volta, NCCL's own fallback). ``algo`` and ``proto`` force a choice, as ``NCCL_ALGO`` and
+``NCCL_PROTO`` do.
+
+The schedule's ``params`` record the choice and why: ``choice`` (algorithm, protocol, channels,
+reason), ``model`` (every candidate's predicted latency, bandwidth and time), ``graph`` (the emulated
+channel graphs), and ``plan`` pins the protocol for the evaluator (:func:`synth.plan.pinned`).
+
+Examples
+--------
+>>> from synth.library import load_topology
+>>> s = nccl(load_topology("dgx-a100:boxes=2"), Kind.ALLGATHER, size="1GiB")
+>>> s.params["choice"]["algorithm"], s.params["plan"], s.params["choice"]["channels"]
+('ring', {'protocol': 'Simple'}, 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from synth.algorithms.ring import (
+    auto_channels,
+    box_groups,
+    channel_rings,
+    paths_for,
+    rail_layout,
+    ring_schedule,
+)
+from synth.algorithms.tree import (
+    STEP_BYTES,
+    chunks_for_size,
+    double_binary_tree,
+    tree_schedule,
+)
+from synth.collectives import Kind
+from synth.errors import InputError, NotApplicable
+from synth.schedule import Schedule
+from synth.topology import Topology
+
+#: The NCCL release these rules follow.
+NCCL_VERSION = "2.16.5-1"
+
+RING, TREE = "ring", "tree"
+LL, LL128, SIMPLE = "LL", "LL128", "Simple"
+PROTOCOLS = (LL, LL128, SIMPLE)
+ALGORITHMS = (TREE, RING)  # NCCL's order: ties go to the first
+
+# tuning.cc (v2.16.5): latencies in µs, bandwidths in GB/s
+BASE_LATENCY = {TREE: {LL: 4.4, LL128: 4.4, SIMPLE: 0.0}, RING: {LL: 3.6, LL128: 10.0, SIMPLE: 8.4}}
+NVLINK_LATENCY = {TREE: {LL: 0.52, LL128: 1.25, SIMPLE: 28.0}, RING: {LL: 0.47, LL128: 1.9, SIMPLE: 3.4}}
+NET_LATENCY = {TREE: {LL: 5.0, LL128: 8.5, SIMPLE: 28.0}, RING: {LL: 2.7, LL128: 4.0, SIMPLE: 9.6}}
+LL128_MAX_BW_PER_CHANNEL = 20.0
+#: llMaxBws[index1][index2]: index1 = gpu generation on one box, cpu vendor (Intel 0, AMD 1) on several;
+#: index2 = min(boxes, 3) - 1
+LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0))
+PER_CHANNEL_MAX_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (24.0, 23.6, 17.8))
+AMPERE_BUS_BW_CAP = 235.0
+#: treeCorrectionFactor[protocol][log2(bytes / 64)], powers of two from 64 B to 256 MiB
+TREE_CORRECTION = {
+    LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+# search.cc (v2.16.5): per-channel speeds the graph search tries, highest first
+SPEEDS_INTRA = (44.0, 30.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+SPEEDS_INTER = (48.0, 30.0, 28.0, 24.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2,
+                0.24, 0.12)
+SM90_SPEEDS_INTRA = (66.0, 33.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0)
+SM90_SPEEDS_INTER = (48.0, 45.0, 30.0, 24.0, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+#: MAXCHANNELS / 2: the most channels one graph search returns
+MAX_GRAPH_CHANNELS = 16
+MAX_CHANNELS = 32
+# enqueue.cc / comm.h (v2.16.5): channel tuning
+MAX_THREADS = {LL: 512, LL128: 640, SIMPLE: 512}
+THREAD_THRESHOLD = {LL: 8, LL128: 8, SIMPLE: 64}
+PCI_BW = 12.0
+P2P_LL_THRESHOLD = 16384
+#: Chunk data bytes of the broadcast/reduce chain per protocol (one step)
+CHAIN_CHUNK_BYTES = {LL: STEP_BYTES[LL] // 2, LL128: STEP_BYTES[LL128] * 15 // 16, SIMPLE: STEP_BYTES[SIMPLE]}
+
+#: gpu generation and cpu vendor of the named systems (``arch="auto"``)
+SYSTEMS = {"dgx1": ("volta", "intel"), "ndv2": ("volta", "intel"), "dgx2": ("volta", "intel"),
+           "dgx-a100": ("ampere", "amd"), "dgx-h100": ("hopper", "intel")}
+ARCHES = ("volta", "ampere", "hopper")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """An emulated NCCL topology graph: channels and per-channel speed (GB/s) inside and between boxes."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+    same_channels: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"channels": self.channels, "bw_intra": _round(self.bw_intra), "bw_inter": _round(self.bw_inter)}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What NCCL's tuning model needs to know about a system."""
+
+    ranks: int
+    nodes: int
+    arch: str
+    cpu: str
+    ring: Graph
+    tree: Graph
+
+    @property
+    def arch_index(self) -> int:
+        """NCCL's compCapIndex: Volta (and anything else) 0, Ampere 1, Hopper 2."""
+        return {"ampere": 1, "hopper": 2}.get(self.arch, 0)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One (algorithm, protocol) of NCCL's tuning table at one size."""
+
+    algorithm: str
+    protocol: str
+    latency_us: float
+    bandwidth_GBps: float
+    time_us: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (``time_us`` None: disabled)."""
+        return {"latency_us": _round(self.latency_us), "bandwidth_GBps": _round(self.bandwidth_GBps),
+                "time_us": None if self.time_us is None else _round(self.time_us)}
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def log2i(value: int) -> int:
+    """NCCL's ``log2i``: floor(log2(value)), 0 for values below 2.
+
+    Examples
+    --------
+    >>> log2i(1), log2i(2), log2i(1023)
+    (0, 1, 9)
+    """
+    return max(0, int(value).bit_length() - 1)
+
+
+# ------------------------------------------------------------------------------------ tuning model
+def tuning_table(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[float, float]]:
+    """``ncclTopoTuneModel``: (latency µs, algorithm bandwidth GB/s) per (algorithm, protocol); bandwidth
+    0 means disabled. Only the ring exists for collectives other than allreduce.
+
+    Examples
+    --------
+    >>> machine = Machine(8, 1, "volta", "intel", Graph(6, 22.0, 22.0, False), Graph(6, 22.0, 22.0, False))
+    >>> tuning_table(Kind.ALLGATHER, machine)[("ring", "Simple")]   # 8.4 + 7 x 3.4 µs; 6 x 22 x 8/7
+    (32.2, 150.85714285714286)
+    """
+    n, nodes = machine.ranks, machine.nodes
+    ppn = n / nodes
+    allreduce = kind == Kind.ALLREDUCE
+    if allreduce:
+        steps, inter_steps = 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+    elif kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        steps, inter_steps = n - 1, nodes - 1
+    else:
+        steps, inter_steps = n, nodes
+    index2 = min(nodes, 3) - 1
+    index1 = machine.arch_index if nodes == 1 else (1 if machine.cpu == "amd" else 0)
+    ll_max = LL_MAX_BW[index1][index2]
+    tree_max = PER_CHANNEL_MAX_TREE_BW[machine.arch_index][index2]
+    table: dict[tuple[str, str], tuple[float, float]] = {}
+    for algorithm in ALGORITHMS:
+        if algorithm == TREE and not allreduce:
+            continue
+        graph = machine.tree if algorithm == TREE else machine.ring
+        for protocol in PROTOCOLS:
+            bus = graph.channels * (graph.bw_intra if nodes <= 2 else graph.bw_inter)
+            if machine.arch == "ampere":
+                bus = min(bus, AMPERE_BUS_BW_CAP)
+            if algorithm == RING and protocol == LL:
+                bus = min(ll_max, bus * (1 / 4 if nodes > 1 or kind in (Kind.ALLREDUCE, Kind.REDUCE) else 1 / 3))
+            if algorithm == RING and protocol == LL128:
+                bus = min(bus * (0.7 if ppn < 2 else 0.92), LL128_MAX_BW_PER_CHANNEL * graph.channels)
+            if algorithm == TREE:
+                bus = min(bus * 0.92, graph.channels * tree_max)
+            if algorithm == TREE and protocol == LL:
+                bus = min(bus / 3.8, ll_max)
+            if algorithm == TREE and protocol == LL128:
+                bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), LL128_MAX_BW_PER_CHANNEL * graph.channels)
+            if protocol == LL128 and machine.arch not in ARCHES:
+                bus = 0.0
+            ratio = 0.5 if algorithm == TREE else n / steps
+            latency = BASE_LATENCY[algorithm][protocol]
+            intra = NVLINK_LATENCY[algorithm][protocol] * (1.8 if nodes > 1 and protocol == LL else 1.0)
+            inter = NET_LATENCY[algorithm][protocol]
+            if algorithm == RING:
+                if kind in (Kind.BROADCAST, Kind.REDUCE):
+                    hop = (NVLINK_LATENCY if nodes == 1 else NET_LATENCY)[RING][protocol]
+                    if graph.same_channels:
+                        latency += hop
+                    else:
+                        if protocol == SIMPLE:
+                            hop = (NVLINK_LATENCY if nodes == 1 else NET_LATENCY)[TREE][protocol]
+                        latency += steps * hop
+                else:
+                    latency += (steps - inter_steps) * intra + inter_steps * inter
+            else:
+                latency += 2 * ((n // nodes - 1) * intra + log2i(nodes) * inter)
+            table[(algorithm, protocol)] = (latency, bus * ratio)
+    return table
+
+
+def algorithm_time(kind: Kind, machine: Machine, algorithm: str, protocol: str, size: int,
+                   table: dict[tuple[str, str], tuple[float, float]]) -> float | None:
+    """``ncclTopoGetAlgoTime`` for one operation: predicted µs, or None when disabled.
+
+    Examples
+    --------
+    >>> machine = Machine(8, 1, "volta", "intel", Graph(6, 22.0, 22.0, False), Graph(6, 22.0, 22.0, False))
+    >>> table = tuning_table(Kind.ALLGATHER, machine)
+    >>> round(algorithm_time(Kind.ALLGATHER, machine, "ring", "Simple", 2**20, table), 3)
+    39.151
+    """
+    latency, bandwidth = table[(algorithm, protocol)]
+    if bandwidth == 0:
+        return None
+    log_size = log2i(size >> 6)
+    if algorithm == TREE and log_size < 23:
+        bandwidth *= TREE_CORRECTION[protocol][log_size]
+    if (algorithm == RING and protocol == SIMPLE and machine.nodes > 1 and kind == Kind.ALLREDUCE
+            and size >= machine.ranks / 16.0 * 65536):
+        latency *= 1.9
+    return latency + size / (1000 * bandwidth)
+
+
+def predictions(kind: Kind, machine: Machine, size: int) -> list[Prediction]:
+    """Every (algorithm, protocol) of the table at ``size``, in NCCL's order (tree first)."""
+    table = tuning_table(kind, machine)
+    return [Prediction(a, p, *table[(a, p)], algorithm_time(kind, machine, a, p, size, table)) for a, p in table]
+
+
+def choose(kind: Kind, machine: Machine, size: int, algorithm: str = "auto",
+           protocol: str = "auto") -> tuple[Prediction, list[Prediction]]:
+    """NCCL's choice (``getAlgoInfo``): the (algorithm, protocol) of least predicted time, the first on
+    ties, among those allowed; and all predictions."""
+    every = predictions(kind, machine, size)
+    allowed = [p for p in every if p.time_us is not None and algorithm in ("auto", p.algorithm)
+               and protocol in ("auto", p.protocol)]
+    if not allowed:
+        raise NotApplicable(f"NCCL's model enables no {algorithm}/{protocol} for {kind} on this system")
+    best = allowed[0]
+    for candidate in allowed[1:]:
+        if candidate.time_us < best.time_us:  # type: ignore[operator]
+            best = candidate
+    return best, every
+
+
+def channels_at(machine: Machine, algorithm: str, protocol: str, size: int) -> int:
+    """Channels NCCL uses for one operation of ``size`` bytes (``getAlgoInfo``'s channel tuning): all
+    of them (twice the graph's), minus one while the bytes are below channels x threads x threshold.
+
+    Examples
+    --------
+    >>> machine = Machine(16, 2, "ampere", "amd", Graph(8, 24.0, 24.0, False), Graph(8, 24.0, 24.0, False))
+    >>> channels_at(machine, "ring", "Simple", 2**20), channels_at(machine, "ring", "Simple", 1024)
+    (16, 1)
+    """
+    graph = machine.tree if algorithm == TREE else machine.ring
+    channels = min(MAX_CHANNELS, 2 * min(machine.ring.channels, machine.tree.channels))
+    threads = MAX_THREADS[protocol]
+    if algorithm == RING and protocol == SIMPLE and graph.bw_intra * graph.channels <= PCI_BW:
+        threads = 256
+    threshold = THREAD_THRESHOLD[protocol] * (machine.ranks if algorithm == RING and protocol == LL else 1)
+    while size < channels * threads * threshold:
+        if channels >= 2:
+            channels -= 1
+        elif threads % 128 == 0:
+            threads //= 2
+        else:
+            break
+    return channels
+
+
+# ----------------------------------------------------------------------------------- graph emulation
+def _quantize(speed: float, table: Sequence[float]) -> float:
+    for candidate in table:
+        if candidate <= speed * (1 + 1e-9):
+            return candidate
+    return speed
+
+
+def _dup(channels: int, bw_intra: float, bw_inter: float, arch: str) -> tuple[int, float, float]:
+    """search.cc: fast graphs are duplicated at half the speed each."""
+    if (arch != "hopper" and bw_intra >= 25.0) or (arch == "hopper" and bw_intra >= 50.0):
+        doubled = min(2 * channels, MAX_GRAPH_CHANNELS)
+        factor = -(-doubled // channels)
+        return doubled, bw_intra / factor, bw_inter / factor
+    return channels, bw_intra, bw_inter
+
+
+def emulate_graphs(topology: Topology, rings: list[list[int]], boxes: list[list[int]] | None,
+                   arch: str) -> tuple[Graph, Graph]:
+    """The ring and tree graphs NCCL's search would return, from the rings synth built (see the
+    module docstring)."""
+    box_of = {r: k for k, members in enumerate(boxes or [list(range(topology.num_ranks))]) for r in members}
+    load: dict[tuple[str, str], int] = {}
+    intra_links: set[tuple[str, str]] = set()
+    n = topology.num_ranks
+    paths = paths_for(topology, [(ring[i], ring[(i + 1) % n]) for ring in rings for i in range(n)])
+    for ring in rings:
+        for i, rank in enumerate(ring):
+            following = ring[(i + 1) % n]
+            path = paths[(rank, following)]
+            for hop in zip(path, path[1:], strict=False):
+                load[hop] = load.get(hop, 0) + 1
+                if box_of[rank] == box_of[following]:
+                    intra_links.add(hop)
+    share = min(topology.bandwidth(*hop) / count for hop, count in load.items())
+    intra_share = min((topology.bandwidth(*hop) / load[hop] for hop in intra_links), default=share)
+    nodes = len(boxes) if boxes else 1
+    hopper = arch == "hopper"
+    table = (SM90_SPEEDS_INTER if hopper else SPEEDS_INTER) if nodes > 1 else \
+        (SM90_SPEEDS_INTRA if hopper else SPEEDS_INTRA)
+    speed = _quantize(share, table)
+    count = min(MAX_GRAPH_CHANNELS, max(len(rings), int(len(rings) * share / speed + 1e-9)))
+    same = all(r == rings[0] for r in rings)
+    ring_graph = Graph(*_dup(count, speed, speed, arch), same_channels=same)
+    tree_intra = speed
+    for candidate in sorted(t for t in table if t > speed):  # pass 2: raise the trees' intra-box speed
+        if tree_intra >= 2 * speed or candidate > intra_share * (1 + 1e-9):
+            break
+        tree_intra = candidate
+    tree_graph = Graph(*_dup(count, tree_intra, speed, arch), same_channels=same)
+    return ring_graph, tree_graph
+
+
+def detect_arch(topology: Topology, arch: str) -> tuple[str, str]:
+    """(gpu generation, cpu vendor) for NCCL's tables (see the module docstring).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> detect_arch(load_topology("dgx-a100:boxes=2"), "auto"), detect_arch(load_topology("torus"), "auto")
+    (('ampere', 'amd'), ('volta', 'intel'))
+    """
+    system = SYSTEMS.get(topology.name.split(":")[0], ("volta", "intel"))
+    if arch == "auto":
+        return system
+    if arch not in ARCHES:
+        raise InputError("", "arch", f"expected auto or one of {', '.join(ARCHES)}, got {arch!r}")
+    return arch, system[1]
+
+
+# ----------------------------------------------------------------------------------------- schedules
+def _tree_parents(rings: list[list[int]], channel: int, second: bool, boxes: list[list[int]],
+                  topology: Topology) -> list[int | None]:
+    """Rank parents of graph channel ``channel``'s tree (the first or the mirrored one, over the boxes),
+    each box a chain in the channel's ring order from the gpu next to its NIC."""
+    ring = rings[channel % len(rings)]
+    layout = rail_layout(topology)
+    if layout is not None:  # every box uses box 0's local chain, so the heads share a rail
+        local = {rank: i for i, rank in enumerate(layout.boxes[0])}
+        order = [local[r] for r in ring if r in local]
+        chains = [[members[i] for i in order] for members in layout.boxes]
+    else:
+        chains = [[r for r in ring if r in set(members)] for members in boxes]
+    node_parents = double_binary_tree(len(chains))[1 if second else 0] if len(chains) > 1 else [None]
+    parents: list[int | None] = [None] * topology.num_ranks
+    for k, chain in enumerate(chains):
+        for previous, rank in zip(chain, chain[1:], strict=False):
+            parents[rank] = previous
+        up = node_parents[k]
+        parents[chain[0]] = None if up is None else chains[up][0]
+    return parents
+
+
+def _chain(ring: list[int], root: int) -> list[int | None]:
+    start = ring.index(root)
+    order = ring[start:] + ring[:start]
+    parents: list[int | None] = [None] * len(ring)
+    for previous, rank in zip(order, order[1:], strict=False):
+        parents[rank] = previous
+    return parents
+
+
+def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int | str | None = None,
+         arch: str = "auto", algo: str = "auto", proto: str = "auto") -> Schedule:
+    """The schedule NCCL v2.16.5 would run for ``kind`` at ``size`` bytes (see the module docstring).
+
+    Parameters
+    ----------
+    topology : Topology
+    kind : Kind
+        Any of the six collectives.
+    root : int, optional
+        Root of broadcast and reduce (default 0).
+    size : int or str, optional
+        Message size (nccl-tests n) NCCL chooses for; default: the ring with Simple on every channel.
+    arch : str
+        ``auto``, ``volta``, ``ampere`` or ``hopper``: the tables of NCCL's tuning model.
+    algo, proto : str
+        ``auto`` (NCCL's choice) or a forced ``ring``/``tree`` and ``LL``/``LL128``/``Simple``, as
+        ``NCCL_ALGO`` and ``NCCL_PROTO`` force them.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> s = nccl(load_topology("dgx1"), Kind.ALLREDUCE, size=1024)
+    >>> s.params["choice"]["algorithm"], s.params["plan"]["protocol"], s.params["choice"]["channels"]
+    ('ring', 'LL', 1)
+    """
+    from synth.units import parse_size
+
+    size_bytes = parse_size(size, "size") if size is not None else None
+    algorithm, protocol = algo, proto
+    if algorithm not in ("auto", RING, TREE):
+        raise InputError("", "algo", f"expected auto, ring or tree, got {algorithm!r}")
+    if protocol not in ("auto", *PROTOCOLS):
+        raise InputError("", "proto", f"expected auto, LL, LL128 or Simple, got {protocol!r}")
+    if algorithm == TREE and kind != Kind.ALLREDUCE:
+        raise NotApplicable(f"NCCL's tree does only allreduce, not {kind}")
+    gpu, cpu = detect_arch(topology, arch)
+    n = topology.num_ranks
+    params: dict[str, Any] = {"nccl_version": NCCL_VERSION, "size": size_bytes, "arch": gpu}
+    if kind == Kind.ALLTOALL:
+        if root is not None:
+            raise InputError("", "root", "alltoall takes no root")
+        return _alltoall(topology, size_bytes, protocol, params)
+
+    count = auto_channels(topology)
+    rings = channel_rings(topology, count)
+    boxes = box_groups(topology)
+    ring_graph, tree_graph = emulate_graphs(topology, rings, boxes, gpu)
+    machine = Machine(n, len(boxes) if boxes else 1, gpu, cpu, ring_graph, tree_graph)
+    params.update(nodes=machine.nodes, graph={"rings": len(rings), "ring": ring_graph.to_dict(),
+                                              "tree": tree_graph.to_dict()})
+    if size_bytes is None:
+        chosen_algorithm = RING if algorithm == "auto" else algorithm
+        chosen_protocol = SIMPLE if protocol == "auto" else protocol
+        channels = min(MAX_CHANNELS, 2 * min(ring_graph.channels, tree_graph.channels))
+        reason = (f"no size given: the {chosen_algorithm} with {chosen_protocol} on all {channels} channels "
+                  "(NCCL's usual choice for large messages)")
+    else:
+        best, every = choose(kind, machine, size_bytes, algorithm, protocol)
+        chosen_algorithm, chosen_protocol = best.algorithm, best.protocol
+        channels = channels_at(machine, chosen_algorithm, chosen_protocol, size_bytes)
+        runner_up = sorted((p for p in every if p.time_us is not None and p is not best),
+                           key=lambda p: p.time_us)  # type: ignore[arg-type, return-value]
+        forced = "" if (algorithm, protocol) == ("auto", "auto") else f" (forced {algorithm}/{protocol})"
+        reason = (f"NCCL {NCCL_VERSION}'s tuning model predicts {best.algorithm}/{best.protocol} fastest"
+                  f"{forced}: {best.time_us:.2f} us" +
+                  (f" (next {runner_up[0].algorithm}/{runner_up[0].protocol} {runner_up[0].time_us:.2f} us)"
+                   if runner_up else ""))
+        params["model"] = {f"{p.algorithm}/{p.protocol}": p.to_dict() for p in every}
+    params["choice"] = {"algorithm": chosen_algorithm, "protocol": chosen_protocol, "channels": channels,
+                        "reason": reason}
+    params["plan"] = {"protocol": chosen_protocol}
+    schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
+                      boxes, machine, params)
+    return schedule
+
+
+def _build(topology: Topology, kind: Kind, root: int | None, size: int | None, algorithm: str, protocol: str,
+           channels: int, rings: list[list[int]], boxes: list[list[int]] | None, machine: Machine,
+           params: dict[str, Any]) -> Schedule:
+    n = topology.num_ranks
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) or (kind == Kind.ALLREDUCE and algorithm == RING):
+        used = [rings[j % len(rings)] for j in range(channels)]
+        params.update(chunks=n * channels, orders=used)
+        return ring_schedule(topology, kind, used, n * channels, "nccl", params, root)
+    bytes_per_channel = (size if size is not None else 1 << 30) / channels
+    if kind == Kind.ALLREDUCE:
+        graph_channels = len(rings)
+        trees = [_tree_parents(rings, j % graph_channels, j >= graph_channels, boxes or [list(range(n))], topology)
+                 for j in range(channels)]
+        depth = n // machine.nodes - 1 + log2i(machine.nodes)
+        per_tree = chunks_for_size(int(size or 1 << 30), bytes_per_channel, depth, protocol, n / machine.nodes,
+                                   machine.nodes)
+        params.update(chunks=per_tree * channels, parents=trees)
+        return tree_schedule(topology, kind, trees, per_tree, "nccl", params)
+    # broadcast, reduce: a chain along each channel's ring from the root
+    start = 0 if root is None else root
+    if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < n:
+        raise InputError("", "root", f"expected a rank in 0..{n - 1}, got {root!r}")
+    chains = [_chain(rings[j % len(rings)], start) for j in range(channels)]
+    per_chain = max(1, min(64, math.ceil(bytes_per_channel / CHAIN_CHUNK_BYTES[protocol])))
+    params.update(chunks=per_chain * channels, parents=chains)
+    return tree_schedule(topology, kind, chains, per_chain, "nccl", params, root=start)
+
+
+def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[str, Any]) -> Schedule:
+    from synth.algorithms.direct import direct
+
+    n = topology.num_ranks
+    if protocol == "auto":
+        per_peer = None if size is None else size / n
+        chosen = SIMPLE if per_peer is None or per_peer > P2P_LL_THRESHOLD else LL
+        reason = ("no size given: Simple" if per_peer is None else
+                  f"NCCL sends each peer {per_peer:g} bytes: {'LL' if chosen == LL else 'Simple'} "
+                  f"({'at most' if chosen == LL else 'over'} NCCL_P2P_LL_THRESHOLD = {P2P_LL_THRESHOLD})")
+    elif protocol == LL128:
+        raise InputError("", "proto", "NCCL's send/receive uses LL or Simple, not LL128")
+    else:
+        chosen, reason = protocol, f"forced {protocol}"
+    schedule = direct(topology, Kind.ALLTOALL)
+    params.update(chunks=schedule.chunks, choice={"algorithm": "send/receive", "protocol": chosen,
+                                                  "channels": None, "reason": reason},
+                  plan={"protocol": chosen})
+    return dataclasses.replace(schedule, algorithm="nccl", params=params)
+
+
+__all__ = ["Graph", "Machine", "Prediction", "algorithm_time", "channels_at", "choose", "emulate_graphs", "nccl",
+           "predictions", "tuning_table"]
