@@ -176,7 +176,7 @@ def check(case: Case, aware: Path | None, unaware: Path | None) -> Outcome | Non
     """Export the case, run ASTRA-sim on it and compare; None when the algorithm does not apply or no binary."""
     from synth import load_topology, synthesize, verify
     from synth.astra import astra_system
-    from synth.errors import NotApplicable
+    from synth.errors import SynthError
     from synth.export.chakra import export_chakra
 
     topology = load_topology(case.topology)
@@ -186,7 +186,7 @@ def check(case: Case, aware: Path | None, unaware: Path | None) -> Outcome | Non
         return None
     try:
         schedule = synthesize(topology, case.collective, case.algorithm, **dict(case.options))
-    except NotApplicable:
+    except SynthError:  # does not apply, or over a limit of the algorithm (e.g. forest's tree count)
         return None
     verify(schedule, topology)
     with tempfile.TemporaryDirectory(prefix="synth-astra-") as folder:
@@ -202,7 +202,7 @@ def run_cases(quick: bool, record: Path | None = None, progress: bool = True) ->
     if aware is None and unaware is None:
         raise Skip("no ASTRA-sim binary: set SYNTH_ASTRA_BIN to AstraSim_Analytical_Congestion_Aware "
                    "(built with shared/tools/build_astrasim.sh)")
-    outcomes = []
+    outcomes: list[Outcome] = []
     started = time.perf_counter()
     for case in cases(quick):
         outcome = check(case, aware, unaware)
@@ -212,17 +212,23 @@ def run_cases(quick: bool, record: Path | None = None, progress: bool = True) ->
         if progress:
             mark = "ok" if outcome.exact else f"DIFFERS ({outcome.problem or outcome.largest_difference()})"
             print(f"  [{time.perf_counter() - started:6.0f}s] {case.label()}: {mark}", file=sys.stderr, flush=True)
+        if record is not None and (len(outcomes) % 50 == 0):
+            write_record(record, outcomes)  # progress survives an interruption
     if record is not None:
-        from synth.fileio import atomic_write_text
-
-        rows = [{"topology": o.case.topology, "collective": o.case.collective, "algorithm": o.case.algorithm,
-                 "options": dict(o.case.options), "size": o.case.size, "slices": o.case.slices,
-                 "window": o.case.window, "astra_sim_finish_ns": o.measured} for o in outcomes]
-        atomic_write_text(str(record), json.dumps({"binary": "ASTRA-sim 2.x analytical (shared/tools/"
-                                                             "build_astrasim.sh)", "cases": rows}, indent=None,
-                                                  separators=(",", ":")).replace('{"topology"', '\n{"topology"')
-                          + "\n")
+        write_record(record, outcomes)
     return outcomes
+
+
+def write_record(path: Path, outcomes: list[Outcome]) -> None:
+    """ASTRA-sim's measured numbers of every case, one case per line (the tests' expectations)."""
+    from synth.fileio import atomic_write_text
+
+    lines = [json.dumps({"topology": o.case.topology, "collective": o.case.collective, "algorithm": o.case.algorithm,
+                         "options": dict(o.case.options), "size": o.case.size, "slices": o.case.slices,
+                         "window": o.case.window, "astra_sim_finish_ns": o.measured}, separators=(",", ":"))
+             for o in outcomes]
+    atomic_write_text(str(path), '{"measured_with": "ASTRA-sim 2.x analytical backends, make astra-check",\n'
+                                 ' "cases": [\n' + ",\n".join(lines) + "\n]}\n")
 
 
 def tiny_messages(quick: bool) -> Table:

@@ -1,15 +1,22 @@
 """The ``astra`` evaluator model: predicts the time ASTRA-sim 2.x reports for a schedule, in ns.
 
 ``evaluate(schedule, topology, size, model="astra")`` turns the schedule into the very Chakra traces
-``synth export chakra`` writes (:func:`synth.export.et.schedule_to_et`) and runs them through a
-re-implementation of ASTRA-sim's custom-collective executor and analytical network:
+``synth export chakra`` writes (:func:`lower`: :func:`synth.export.et.schedule_to_et`, then the
+ordering nodes of :func:`sequence_sends`) and runs them through a re-implementation of ASTRA-sim's
+custom-collective executor and analytical network (:func:`simulate`). Every rank's finish time is checked
+against the real ASTRA-sim 2.x binaries by ``make astra-check`` (``bench/bench_astra.py``).
 
 Executor (ASTRA-sim's ``CustomAlgorithm``)
-    Every dependency-free node of a rank's trace is issued at once. A send completes when its data
-    reaches the destination; a recv completes when its matching message has arrived and the recv has
-    been posted (whichever is later); a COMP node takes ``duration_micros`` x 1000 ns, and 0 µs
-    becomes 1 ns. Sends and recvs match on (tag, src, dst, size), first in first out. A rank is done
-    when all its nodes are; the result is the last rank's finish time (``sys[i] finished, T cycles``).
+    Every dependency-free node of a rank's trace is issued at once; the nodes one completion frees are
+    issued together, in an order ASTRA-sim takes from a hash set (the model: file order; the exported
+    traces are made not to depend on it). A send completes when its data reaches the destination; a
+    recv completes when its matching message has arrived and the recv has been posted (whichever is
+    later; a recv posted after the arrival completes through an event 0 ns ahead); a COMP node takes
+    ``duration_micros`` x 1000 ns, and 0 µs becomes 1 ns, and the COMP nodes of a rank that end in the
+    same ns run together where the first of them was scheduled (``Sys::register_event`` keeps one list
+    per rank and tick). Sends and recvs match on (tag, src, dst, size), first in first out. Events of one
+    ns run in the order they were created. A rank is done when all its nodes are; the result is the last
+    rank's finish time (``sys[i] finished, T cycles``).
 
 Network, one dimension (congestion-aware backend)
     Devices are the npus 0..n-1 and, for a Switch, one switch n. Each direction of a link is its own
@@ -407,10 +414,12 @@ class SimulationResult:
     #: (src rank, send node id, dst rank, recv node id, arrival ns) per delivered message, in order
     matches: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)
-    #: order-dependent ties: ``(rank, batch, earlier node index, later node index)`` for two nodes that one
-    #: completion freed together on ``rank`` (batch: a number for that set of nodes) and whose
-    #: consequences reach a link in the same ns
-    free_ties: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: nodes whose order ASTRA-sim would leave to chance, each group in the order this run issued them
+    #: (``(rank, node index)``, one rank per group): two sends of a rank that reach a link in the same
+    #: ns, or two nodes one completion freed together whose messages reach a link in the same ns
+    ties: list[list[tuple[int, int]]] = field(default_factory=list)
+    #: sends ``(rank, node index)`` that reach a link in the same ns as a message passing through it
+    delays: list[tuple[int, int]] = field(default_factory=list)
     #: per link that carried anything, the messages it started, in order: (start ns, src rank, tag)
     link_log: dict[Any, list[tuple[int, int, int]]] = field(default_factory=dict)
 
@@ -428,12 +437,13 @@ _Context = tuple[int, int, Any]  # (step id, call id or -1, (rank, node index) o
 def simulate(program: Any, network: Network, order: str | int | None = None) -> SimulationResult:
     """Run an :class:`~synth.export.et.EtProgram` as ASTRA-sim's custom-collective executor does.
 
-    Besides the finish times, it finds the *free ties* (:attr:`SimulationResult.free_ties`): two messages
-    that enter one link in the same ns in an order that ASTRA-sim leaves to its hash set. Every event
-    remembers where it was created (the event being processed, and the node whose issue created it when
-    that happened while issuing the nodes one completion freed); events of one ns run in creation order,
-    so the order of two of them is fixed unless their creation histories part at one such batch of nodes,
-    which ASTRA-sim issues in hash-set order. :func:`sequence_sends` orders those nodes.
+    Besides the finish times, it reports every place where two messages reach one link in the same ns
+    in an order ASTRA-sim could take differently (:attr:`SimulationResult.ties` and ``delays``, see
+    :func:`sequence_sends`). For two messages passing through a link, every event remembers where it was
+    created (the event being processed, and the node whose issue created it when that happened while
+    issuing the nodes one completion freed); events of one ns run in creation order, so the order of two
+    of them is fixed unless their creation histories part at one such batch of nodes, which ASTRA-sim
+    issues in hash-set order.
 
     Parameters
     ----------
@@ -488,9 +498,11 @@ def simulate(program: Any, network: Network, order: str | int | None = None) -> 
     step_batch: list[int] = []  # the batch event of a COMP completion, else -1
     context: _Context = (-1, -1, None)
     calls = 0
-    last_enqueue: dict[int, tuple[int, _Context]] = {}  # id(link) -> (ns, context) of its last enqueue
+    last_enqueue: dict[int, tuple[int, _Context, tuple[int, int] | None]] = {}  # id(link) -> last enqueue
     parted: dict[tuple[int, int], tuple[int, int, int, int] | None] = {}  # memo of parting(), by step pair
-    free: dict[tuple[int, int, int, int], None] = {}
+    ties: dict[tuple[Any, ...], list[tuple[int, int]]] = {}  # group -> nodes (rank, index) to order, in issue order
+    delays: dict[tuple[int, int], None] = {}  # sends to start 1 ns later
+    issued: dict[tuple[int, int], int] = {}  # (rank, node index) -> issue sequence number
     link_log: dict[Any, list[tuple[int, int, int]]] = {}
 
     def new_step(time: int, batch: int = -1) -> int:
@@ -536,14 +548,22 @@ def simulate(program: Any, network: Network, order: str | int | None = None) -> 
             parted[pair] = found
         return found
 
-    def enqueue(link: _Link, message: list[Any]) -> None:
+    def enqueue(link: _Link, message: list[Any], sender: tuple[int, int] | None = None) -> None:
+        """A message joins a link's queue: sent by ``sender`` (rank, node index), else passing through."""
         key = id(link)
         last = last_enqueue.get(key)
-        if last is not None and last[0] == now:  # a tie: is the order of the two enqueues fixed?
-            found = parting(last[1], context)
-            if found is not None:
-                free[found] = None
-        last_enqueue[key] = (now, context)
+        if last is not None and last[0] == now:  # a tie: two messages reach the link in the same ns
+            earlier = last[2]
+            if sender is not None and earlier is not None:  # two sends of one rank: order them
+                ties.setdefault(("link", key, now, sender[0]), []).extend((earlier, sender))
+            elif sender is not None or earlier is not None:  # a send and a message passing: the send waits
+                delays[sender or earlier] = None  # type: ignore[index]
+            else:  # two messages passing: is their order fixed?
+                found = parting(last[1], context)
+                if found is not None:
+                    rank, batch, first, second = found
+                    ties.setdefault(("batch", batch, rank), []).extend(((rank, first), (rank, second)))
+        last_enqueue[key] = (now, context, sender)
         if link.busy:
             link.pending.append(message)
         else:
@@ -582,7 +602,7 @@ def simulate(program: Any, network: Network, order: str | int | None = None) -> 
                 at(now + network.delay(rank, node.peer, node.size), action_arrive, message)
             else:
                 route = message[4] = network.route(rank, node.peer, node.transfer)  # type: ignore[misc]
-                enqueue(route[0], message)
+                enqueue(route[0], message, (rank, i))
         elif kind == recv_type:
             if not 0 <= node.peer < n or node.peer == rank:
                 raise InputError("", f"rank {rank} node {node.id}", f"receives from invalid rank {node.peer}")
@@ -618,6 +638,7 @@ def simulate(program: Any, network: Network, order: str | int | None = None) -> 
         calls += 1
         for i in ready:
             context = (step, call, (rank, i))
+            issued[(rank, i)] = len(issued)
             issue(rank, i)
         context = (step, -1, None)
 
@@ -671,14 +692,20 @@ def simulate(program: Any, network: Network, order: str | int | None = None) -> 
     for rank in range(n):
         if finish[rank] is None and not any(f"rank {rank} " in u for u in unmatched):
             unmatched.append(f"rank {rank} never finishes (a dependency is never satisfied)")
-    return SimulationResult(finish, matches, unmatched, list(free), link_log)
+    groups = []
+    for members in ties.values():
+        ordered = sorted(set(members), key=issued.__getitem__)
+        groups.append(ordered)
+    return SimulationResult(finish, matches, unmatched, groups, list(delays), link_log)
 
 
 # ------------------------------------------------------------------------------------------ order
 #: Name prefix and extra attribute of the ordering COMP nodes :func:`sequence_sends` adds.
 ORDER_PREFIX = "order_after_"
+DELAY_PREFIX = "delay_"
 ORDER_ATTR = "order_after"
 MAX_ORDER_ROUNDS = 200
+MAX_DELAYS = 16
 
 
 def sequence_sends(program: Any, network: Network) -> SimulationResult:
@@ -686,17 +713,26 @@ def sequence_sends(program: Any, network: Network) -> SimulationResult:
     nodes; returns the final run.
 
     ASTRA-sim issues the nodes that one completion frees in the order of a hash set (the Chakra feeder's
-    ``std::unordered_set``), and events of one ns run in the order they were created. Where that order
-    decides which of two messages a link serves first, no trace states it. :func:`simulate` finds those
-    places (its *free ties*: two nodes freed together whose consequences reach one link in the same ns,
-    such as two sends of a rank into one link); for each, the node issued second (file order: the order
-    the schedule lists its transfers) is made to depend on an *ordering node*: a COMP node of 0 µs, which
-    ASTRA-sim runs as 1 ns, with the same dependencies as the node issued first. The second node then
-    starts exactly 1 ns after the first (a send still waits behind the first in their link: every message
-    takes at least 1 ns there, :func:`smallest_message`). Repeats until no free tie is left.
+    ``std::unordered_set``) and runs the events of one ns in the order they were created, so where two
+    messages reach one link in the same ns, which goes first may depend on that hash order, which no trace
+    states. :func:`simulate` reports every such tie, and this adds nodes until none is left:
 
-    Ordering nodes are appended to each rank's node list (name ``order_after_<node>``, extra attribute
-    ``order_after``: that node's id). Networks without links (congestion-unaware) need none.
+    - two sends of a rank reach their link in the same ns: the second (in the order the model issued
+      them, file order for nodes freed together) waits for an *ordering node* of the first, a COMP node of
+      0 µs (1 ns in ASTRA-sim) with the first send's dependencies, so it starts exactly 1 ns later, while
+      the first still occupies the link (every message takes at least 1 ns there,
+      :func:`smallest_message`): the link serves them in the same order at the same times;
+    - a send reaches its link in the same ns as a message passing through (a Ring's npu forwarding):
+      the send waits for a *delay node* (the same kind of COMP node, with the send's own dependencies)
+      and starts 1 ns later, behind the passing message (at most :data:`MAX_DELAYS` times per send);
+    - two messages pass through a link in the same ns (at a Switch): their order is their creation
+      order, fixed unless their histories part at nodes one completion freed together; those nodes are
+      then ordered 1 ns apart as above.
+
+    Ordering nodes are named ``order_after_<node>``, delay nodes ``delay_<send>``; both carry the extra
+    attribute ``order_after`` (the node's id) and are appended to each rank's node list. Networks without
+    links (congestion-unaware) need none. Tests check the result by issuing simultaneously ready nodes in
+    reversed and random orders (:func:`simulate`'s ``order``).
     """
     from synth.export.et import EtNode
     from synth.proto.et_def import NodeType
@@ -724,34 +760,25 @@ def sequence_sends(program: Any, network: Network) -> SimulationResult:
             next_id[rank] += 1
         return found
 
+    delayed: dict[tuple[int, int], int] = {}
     for _ in range(MAX_ORDER_ROUNDS):
-        if not result.free_ties:
+        # a send that keeps meeting messages passing through (a link busy every ns) stays after MAX_DELAYS
+        delays = [send for send in result.delays if delayed.get(send, 0) < MAX_DELAYS]
+        if not result.ties and not delays:
             program.order_nodes = sum(len(nodes) - length for nodes, length in zip(program.nodes, base_length,
                                                                                   strict=True))
             return result
-        # nodes of one batch that tie, directly or through others, go 1 ns apart in file order
-        groups: dict[tuple[int, int], dict[int, int]] = {}
-        for rank, batch, earlier, later in result.free_ties:
-            parent = groups.setdefault((rank, batch), {})
-
-            def find(x: int, parent: dict[int, int] = parent) -> int:
-                while parent.setdefault(x, x) != x:
-                    x = parent[x]
-                return x
-
-            a, b = find(earlier), find(later)
-            parent[max(a, b)] = min(a, b)
-        for (rank, _), parent in groups.items():
-            members: dict[int, list[int]] = {}
-            for x in parent:
-                root = x
-                while parent[root] != root:
-                    root = parent[root]
-                members.setdefault(root, []).append(x)
-            for chain in members.values():
-                chain.sort()
-                for earlier, later in zip(chain, chain[1:], strict=False):
-                    add_dep(rank, later, program.nodes[rank][ordering_node(rank, earlier)].id)
+        for group in result.ties:  # 1 ns apart, in the order this run issued them
+            for (rank, earlier), (_, later) in zip(group, group[1:], strict=False):
+                add_dep(rank, later, program.nodes[rank][ordering_node(rank, earlier)].id)
+        for rank, index in delays:  # 1 ns later than its dependencies allow
+            delayed[(rank, index)] = delayed.get((rank, index), 0) + 1
+            nodes = program.nodes[rank]
+            delay = EtNode(next_id[rank], DELAY_PREFIX + nodes[index].name, NodeType.COMP_NODE, nodes[index].deps,
+                           extras={ORDER_ATTR: nodes[index].id})
+            next_id[rank] += 1
+            nodes.append(delay)
+            add_dep(rank, index, delay.id)
         result = simulate(program, network)
     raise SynthError(f"could not make the traces independent of ASTRA-sim's issue order in {MAX_ORDER_ROUNDS} rounds")
 

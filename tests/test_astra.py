@@ -252,6 +252,7 @@ def test_unordered_traces_depend_on_issue_order_and_ordered_ones_do_not():
 
 
 def test_ordering_nodes_start_the_later_node_1_ns_after_the_earlier():
+    """Two sends of a rank into one link are ordered; a send that meets a passing message waits 1 ns."""
     from synth.astra import ORDER_ATTR, lower
     from synth.proto.et_def import NodeType
 
@@ -259,7 +260,7 @@ def test_ordering_nodes_start_the_later_node_1_ns_after_the_earlier():
     lowered = lower(synthesize(topology, "alltoall", "direct"), topology, MIB)
     for nodes in lowered.program.nodes:
         by_id = {node.id: node for node in nodes}
-        ordering = [node for node in nodes if ORDER_ATTR in node.extras]
+        ordering = [node for node in nodes if ORDER_ATTR in node.extras and node.name.startswith("order_after_")]
         assert ordering and all(node.type == NodeType.COMP_NODE and node.duration_us == 0 for node in ordering)
         for node in ordering:
             earlier = by_id[node.extras[ORDER_ATTR]]
@@ -341,3 +342,21 @@ def test_messages_under_a_ns_are_refused_with_the_smallest_size_that_runs(tmp_pa
     # a topology ASTRA-sim cannot describe has no such limit (no ASTRA-sim run to protect)
     leaf = load_topology("leaf-spine:leaves=2,gpus_per_leaf=2,spines=2")
     assert astra_time_ns(synthesize(leaf, "allgather", "ring"), leaf, 8) > 0
+
+
+def test_a_send_meeting_a_passing_message_waits_a_ns():
+    from synth.astra import lower, simulate
+    from synth.export.et import schedule_to_et
+
+    topology = load_topology(f"ring:n=8,{ASTRA_LINK}")
+    schedule = synthesize(topology, "allreduce", "tree")
+    natural = schedule_to_et(schedule, 65536, extras=False)
+    lowered = lower(schedule, topology, 65536, extras=False)
+    delays = [node for nodes in lowered.program.nodes for node in nodes if node.name.startswith("delay_")]
+    assert delays and simulate(natural, lowered.network).delays  # without them, sends meet passing messages
+    for nodes in lowered.program.nodes:
+        by_id = {node.id: node for node in nodes}
+        for delay in (node for node in nodes if node.name.startswith("delay_")):
+            assert delay.id in by_id[delay.extras["order_after"]].deps
+    assert lowered.result.ties == [] and lowered.result.delays == []
+    assert _runs_alike(lowered.program, lowered.network)

@@ -110,6 +110,9 @@ def test_ring_allreduce_on_8npu_switch_decodes_node_by_node(pb, tmp_path):
             elif node.name.startswith("order_after_"):  # an ordering node: the deps of the node it follows
                 assert node.type == pb.COMP_NODE and node.duration_micros == 0
                 assert list(node.data_deps) == list(by_id[_attrs(node)["order_after"][1]].data_deps)
+            elif node.name.startswith("delay_"):  # a delay node: the send waits for it
+                assert node.type == pb.COMP_NODE and node.duration_micros == 0
+                assert node.id in by_id[_attrs(node)["order_after"][1]].data_deps
             else:
                 assert node.type == pb.COMP_NODE
                 assert node.duration_micros == 0
@@ -122,7 +125,7 @@ def test_ring_allreduce_on_8npu_switch_decodes_node_by_node(pb, tmp_path):
             if node.type == pb.COMM_RECV_NODE:
                 chunk = _attrs(node)["chunk"][1]
                 done = next((n for n in nodes if n.type == pb.COMP_NODE and node.id in n.data_deps
-                             and not n.name.startswith("order_after_")), node)
+                             and not n.name.startswith(("order_after_", "delay_"))), node)
                 received.setdefault(chunk, set()).add(done.id)
         starts = 0
         for node in nodes:
