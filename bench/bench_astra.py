@@ -264,10 +264,24 @@ def tiny_messages(quick: bool) -> Table:
                        "--network-configuration=network.yml", "--remote-memory-configuration=remote_memory.json"]
             code = subprocess.run(command, cwd=folder, capture_output=True, timeout=600, check=False).returncode
             code = 128 - code if code < 0 else code  # killed by a signal: as a shell reports it
-        table.add(spec.split(",bandwidth")[0] + " " + spec.split(",", 1)[1], smallest,
+        table.add(network_label(spec), smallest,
                   "rank-exact" if exact else f"DIFFERS {problem}", code)
     table.notes = "exit status 134 is SIGABRT from the assertion `current_event_list.get_event_time() > current_time`."
     return table
+
+
+def network_label(spec: str) -> str:
+    """A topology spec as the network ASTRA-sim runs: kind, npus, and link (its GB = 2^30 bytes)."""
+    from synth import load_topology
+    from synth.astra import astra_system
+
+    system, _ = astra_system(load_topology(spec))
+    if system is None:
+        return spec
+    links = [f"{round(d.bandwidth, 2):g} GB/s, {d.latency:g} ns" for d in system.dims]
+    if len(set(links)) == 1:
+        return " x ".join(f"{d.kind} {d.npus}" for d in system.dims) + f" ({links[0]})"
+    return " x ".join(f"{d.kind} {d.npus} ({link})" for d, link in zip(system.dims, links, strict=True))
 
 
 def tables(outcomes: list[Outcome]) -> list[Table]:
@@ -280,7 +294,7 @@ def tables(outcomes: list[Outcome]) -> list[Table]:
     for spec, group in by_network.items():
         diffs = [o.largest_difference() for o in group]
         worst = None if any(d is None for d in diffs) else max(d for d in diffs if d is not None)
-        summary.add(spec.split(",bandwidth")[0], "aware" if "multidim" not in spec else "unaware", len(group),
+        summary.add(network_label(spec), "aware" if "multidim" not in spec else "unaware", len(group),
                     sum(len(o.predicted) for o in group), sum(o.exact for o in group), worst)
     summary.notes = ("Each case: synth generate, synth export chakra (one size), ASTRA-sim run in the folder, "
                      "every rank's 'sys[i] finished, T cycles' compared with the model's prediction for that rank.")
@@ -293,7 +307,7 @@ def tables(outcomes: list[Outcome]) -> list[Table]:
         plain = [o for o in group if o.case.slices == 1]
         largest = max(plain or group, key=lambda o: o.case.size)
         finished = [m for m in largest.measured if m is not None]
-        detail.add(spec.split(",bandwidth")[0], collective, algorithm, len(group), sum(o.exact for o in group),
+        detail.add(network_label(spec), collective, algorithm, len(group), sum(o.exact for o in group),
                    max(finished) if finished else None)
     return [summary, detail]
 
