@@ -159,6 +159,8 @@ class Outcome:
     measured: list[int | None]
     predicted: list[int]
     problem: str = ""
+    #: :func:`schedule_fingerprint` of the schedule that was run
+    fingerprint: str = ""
 
     @property
     def exact(self) -> bool:
@@ -175,7 +177,7 @@ class Outcome:
 def check(case: Case, aware: Path | None, unaware: Path | None) -> Outcome | None:
     """Export the case, run ASTRA-sim on it and compare; None when the algorithm does not apply or no binary."""
     from synth import load_topology, synthesize, verify
-    from synth.astra import astra_system
+    from synth.astra import astra_system, schedule_fingerprint
     from synth.errors import SynthError
     from synth.export.chakra import export_chakra
 
@@ -193,7 +195,7 @@ def check(case: Case, aware: Path | None, unaware: Path | None) -> Outcome | Non
         report = export_chakra(schedule, topology, [case.size], folder, slices=case.slices, window=case.window)
         predicted = report.sets[0].predicted_finish_ns or []
         measured, problem = run_astrasim(binary, Path(folder), topology.num_ranks)
-    return Outcome(case, measured, predicted, problem)
+    return Outcome(case, measured, predicted, problem, schedule_fingerprint(schedule))
 
 
 def run_cases(quick: bool, record: Path | None = None, progress: bool = True) -> list[Outcome]:
@@ -225,7 +227,8 @@ def write_record(path: Path, outcomes: list[Outcome]) -> None:
 
     lines = [json.dumps({"topology": o.case.topology, "collective": o.case.collective, "algorithm": o.case.algorithm,
                          "options": dict(o.case.options), "size": o.case.size, "slices": o.case.slices,
-                         "window": o.case.window, "astra_sim_finish_ns": o.measured}, separators=(",", ":"))
+                         "window": o.case.window, "schedule_sha256": o.fingerprint,
+                         "astra_sim_finish_ns": o.measured}, separators=(",", ":"))
              for o in outcomes]
     atomic_write_text(str(path), '{"measured_with": "ASTRA-sim 2.x analytical backends, make astra-check",\n'
                                  ' "cases": [\n' + ",\n".join(lines) + "\n]}\n")

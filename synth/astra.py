@@ -882,6 +882,22 @@ def simulate_astra(schedule: Schedule, topology: Topology, size: int, plan: Plan
     return astra_time_ns(schedule, topology, size, slices=plan.slices, window=window) / 1e9
 
 
+def schedule_fingerprint(schedule: Schedule) -> str:
+    """First 16 hex digits of the SHA-256 of the schedule's JSON: which schedule an ASTRA-sim measurement
+    (``make astra-check --record``) is of.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> len(schedule_fingerprint(synthesize(load_topology("switch:n=4"), "allgather", "ring")))
+    16
+    """
+    import hashlib
+
+    return hashlib.sha256(schedule.to_json().encode()).hexdigest()[:16]
+
+
 def _register() -> None:
     from synth.evaluate import register_model
 
