@@ -416,7 +416,7 @@ def test_unordered_accesses_to_one_buffer_position_are_a_race():
 # ------------------------------------------------------------------------------ the runtime's own routes
 def test_export_states_the_routing_loss_of_a_forest_on_two_dgx_a100(tmp_path):
     """XML names only the ends of a message: a forest allgather on 2 x DGX A100 that spreads its trees over
-    the NICs comes back through shortest switch-only paths, and its congestion time grows 3.097 -> 3.355 ms
+    the NICs comes back through shortest paths through switches, and its congestion time grows 3.097 -> 3.355 ms
     at 1 GiB."""
     from synth.export.msccl import runtime_routing
 

@@ -153,10 +153,11 @@ def export_msccl_command(
                           f"(XML names only the ends of a message): {routing.problem}")
         return
     runtime = fmt_time(float(routing.runtime * report_size))
-    time_text = f"; predicted time {fmt_time(predicted.time_s)} ({predicted.model} model)" if predicted else ""
+    time_text = (f"; predicted time {fmt_time(predicted.time_s)} ({predicted.model} model, {predicted.plan.describe()})"
+                 if predicted else "")
     if routing.loss > 0:
         err_console.print(f"[yellow]routing loss:[/yellow] XML names no routes, and the runtime takes its own path "
-                          f"(shortest through switches, balanced) for {routing.rerouted} of {routing.transfers} "
+                          f"(shortest through switches and forwarding gpus, balanced) for {routing.rerouted} of {routing.transfers} "
                           f"transfers: at {format_size(report_size)} the congestion time is {runtime} instead of the "
                           f"schedule's {planned} (+{float(routing.loss):.1%}){time_text}")
     elif routing.rerouted:

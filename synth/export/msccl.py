@@ -687,9 +687,9 @@ class RuntimeRouting:
 
     MSCCL XML names only the two ends of each message; the runtime picks the path (NCCL's transport
     between the two gpus). synth models that choice as :func:`import_msccl` does (a shortest path through
-    switches only, balanced among equal ones, :class:`synth.export.RouteBalancer`), so the schedule the
-    runtime runs is the XML read back. A schedule whose paths differ from those (a ``forest`` schedule
-    that spreads trees over NICs, a path through another gpu) loses bandwidth: its congestion time grows.
+    switches and forwarding gpus only, balanced among equal ones, :class:`synth.export.RouteBalancer`), so
+    the schedule the runtime runs is the XML read back. A schedule whose paths differ from those (a
+    ``forest`` schedule that spreads trees over NICs) can lose bandwidth: its congestion time grows.
 
     Attributes
     ----------
@@ -709,7 +709,7 @@ class RuntimeRouting:
     rerouted: int
     transfers: int
     schedule: Schedule | None
-    #: why the runtime cannot run some message at all (no path through switches only), else ""
+    #: why the runtime cannot run some message at all (no path through switches and forwarding gpus), else ""
     problem: str = ""
 
     @property
