@@ -4,7 +4,8 @@ Runs the real ASTRA-sim 2.x analytical binaries on ``synth export chakra`` folde
 ``sys[i] finished, T cycles`` with what ``synth evaluate --model astra`` predicts for the same traces. Cases:
 Ring, Switch and FullyConnected networks of 4 to 32 npus (congestion-aware backend) and 2-D systems
 (congestion-unaware backend), every algorithm that applies to every collective, sizes 64 KiB to 64 MiB,
-and sliced exports (``--slices``, ``--window``).
+sliced exports (``--slices``, ``--window``), and the MSCCL programs of ``tests/data`` (scratch relays, local
+reductions) imported on small networks.
 
 The binaries are not part of synth: build them with ``shared/tools/build_astrasim.sh`` (or ASTRA-sim's own
 ``build/astra_analytical/build.sh``) and point at them with
@@ -107,7 +108,34 @@ def cases(quick: bool) -> list[Case]:
                 if not quick and n == 8 and "multidim" not in spec:
                     for slices, window in SLICINGS_FULL:
                         found.append(Case(spec, kind.value, algorithm.name, MIB, slices, window, options))
+    for name, spec in MSCCL_PROGRAMS:
+        collective = "alltoall" if name.startswith("alltoall") else "allreduce"
+        for size in sizes:
+            found.append(Case(spec, collective, f"msccl:{name}", size))
+        if not quick:
+            for slices, window in SLICINGS_FULL:
+                found.append(Case(spec, collective, f"msccl:{name}", MIB, slices, window))
     return found
+
+
+#: MSCCL programs written by hand for the importer's tests (scratch relays, local reductions), imported and
+#: run as ``algorithm="msccl:<file>"``
+MSCCL_PROGRAMS = (("allpairs_allreduce_4r.xml", f"switch:n=4,{LINK}"),
+                  ("chain_allreduce_4r_rrcs.xml", f"fully-connected:n=4,{LINK}"),
+                  ("ring_allreduce_3r_outofplace.xml", f"ring:n=3,{LINK}"),
+                  ("alltoall_relay_3r_line.xml", f"switch:n=3,{LINK}"))
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+
+
+def schedule_of(case: Case) -> Any:
+    """The case's schedule: synthesized, or imported from ``tests/data`` for ``msccl:<file>``."""
+    from synth import load_topology, synthesize
+    from synth.export.msccl import import_msccl
+
+    topology = load_topology(case.topology)
+    if case.algorithm.startswith("msccl:"):
+        return import_msccl(DATA / case.algorithm.split(":", 1)[1], topology, topology_name=case.topology)
+    return synthesize(topology, case.collective, case.algorithm, **dict(case.options))
 
 
 def _npus(spec: str) -> int:
@@ -176,7 +204,7 @@ class Outcome:
 
 def check(case: Case, aware: Path | None, unaware: Path | None) -> Outcome | None:
     """Export the case, run ASTRA-sim on it and compare; None when the algorithm does not apply or no binary."""
-    from synth import load_topology, synthesize, verify
+    from synth import load_topology, verify
     from synth.astra import astra_system, schedule_fingerprint
     from synth.errors import SynthError
     from synth.export.chakra import export_chakra
@@ -187,7 +215,7 @@ def check(case: Case, aware: Path | None, unaware: Path | None) -> Outcome | Non
     if binary is None:
         return None
     try:
-        schedule = synthesize(topology, case.collective, case.algorithm, **dict(case.options))
+        schedule = schedule_of(case)
     except SynthError:  # does not apply, or over a limit of the algorithm (e.g. forest's tree count)
         return None
     verify(schedule, topology)

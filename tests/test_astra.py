@@ -228,8 +228,8 @@ def _groups():
     groups = {}
     for case in _measured_cases():
         if _selected(case):
-            groups.setdefault(case["topology"].split(",bandwidth")[0] + (" sliced" if case["slices"] > 1 else ""),
-                              []).append(case)
+            label = "msccl programs" if case["algorithm"].startswith("msccl:") else case["topology"].split(",bandwidth")[0]
+        groups.setdefault(label + (" sliced" if case["slices"] > 1 else ""), []).append(case)
     return groups
 
 
@@ -242,6 +242,7 @@ def test_model_equals_astra_sim_rank_by_rank(group):
     import warnings
 
     from synth.astra import astra_finish_ns, schedule_fingerprint
+    from synth.export.msccl import import_msccl
 
     schedules = {}
     current = stale = 0
@@ -250,7 +251,11 @@ def test_model_equals_astra_sim_rank_by_rank(group):
         key = (case["topology"], case["collective"], case["algorithm"])
         if key not in schedules:
             try:
-                schedules[key] = synthesize(topology, case["collective"], case["algorithm"], **case["options"])
+                if case["algorithm"].startswith("msccl:"):  # a program of tests/data, imported
+                    schedules[key] = import_msccl(Path(__file__).parent / "data" / case["algorithm"][6:], topology,
+                                                  topology_name=case["topology"])
+                else:
+                    schedules[key] = synthesize(topology, case["collective"], case["algorithm"], **case["options"])
             except SynthError:
                 schedules[key] = None
         schedule = schedules[key]

@@ -369,3 +369,27 @@ def test_cli_export_chakra_slices_and_tiny_sizes(tmp_path, capsys, monkeypatch):
     refused = run_cli(["export", "chakra", "s.json", "-s", "200B", "-o", "tiny"], capsys, monkeypatch)
     assert_refused(refused, "messages of 50 bytes", "use a size of at least 213 bytes", None)
     assert not (tmp_path / "tiny").exists()
+
+
+def test_local_ops_sliced_round_trip_and_astra_sim_numbers(tmp_path):
+    """A local copy has no node, a local reduction is one COMP node per slice; both come back on import.
+    ASTRA-sim 2.x reported these finish times for the two exports (checked by hand with run_astrasim.sh)."""
+    from synth.collectives import Collective
+    from synth.schedule import Schedule, Transfer
+
+    topology = load_topology("switch:n=2,bandwidth=53.6870912,latency=0.5")
+    a, b = topology.gpus
+    transfers = (Transfer(0, 0, 1, 0, "copy", (a, "sw0", b), (), None, 0),
+                 Transfer(1, 1, 1, 0, "copy", (b,), (0,), 0, 1),
+                 Transfer(2, 1, 1, 0, "reduce", (b,), (1,), 1, None),
+                 Transfer(3, 1, 0, 0, "copy", (b, "sw0", a), (2,), None, None))
+    schedule = Schedule(Collective(Kind.ALLREDUCE, 2, 1, None), topology.name, (a, b), "manual", {}, transfers)
+    verify(schedule, topology)
+    plain = export_chakra(schedule, topology, [MIB], tmp_path / "plain", comp_duration_us=3)
+    sliced = export_chakra(schedule, topology, [MIB], tmp_path / "sliced", slices=4, window=2)
+    assert plain.sets[0].predicted_finish_ns == [83124, 83124]
+    assert sliced.sets[0].predicted_finish_ns == [37175, 37175]
+    assert sliced.sets[0].counts["COMP_NODE"] == 4 + sliced.sets[0].order_nodes  # the reduction, per slice
+    for report in (plain, sliced):
+        back = import_chakra(Path(report.folder) / report.name, topology)
+        assert back.transfers == schedule.transfers

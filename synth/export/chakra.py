@@ -467,8 +467,8 @@ def _local_ops(program: EtProgram, metadata: dict[str, Any], source: str) \
     found: dict[int, tuple[int, int, Any, list[Any], list[int | None]]] = {}
     items: list[tuple[int, dict[str, Any], str]] = []
     for rank, nodes in enumerate(program.nodes):
-        items.extend((rank, node.extras, REDUCE) for node in nodes
-                     if node.type == NodeType.COMP_NODE and node.extras.get("local"))
+        items.extend((rank, node.extras, node.extras.get("op", REDUCE)) for node in nodes  # slice 0 of a sliced set
+                     if node.type == NodeType.COMP_NODE and node.extras.get("local") and not node.extras.get("slice"))
     try:
         copies = json.loads(metadata.get("local_copies", "[]"))
     except (TypeError, ValueError):
