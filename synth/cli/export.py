@@ -149,8 +149,8 @@ def export_msccl_command(
         return
     planned = fmt_time(float(routing.planned * report_size))
     if routing.runtime is None:
-        err_console.print(f"[yellow]warning:[/yellow] the MSCCL runtime cannot route every message of this schedule "
-                          f"(XML names only the ends of a message): {routing.problem}")
+        err_console.print(f"[yellow]warning:[/yellow] the runtime's paths are unknown: reading {output} back as the "
+                          f"runtime would route it (XML names only the ends of a message) failed: {routing.problem}")
         return
     runtime = fmt_time(float(routing.runtime * report_size))
     time_text = (f"; predicted time {fmt_time(predicted.time_s)} ({predicted.model} model, {predicted.plan.describe()})"

@@ -709,7 +709,8 @@ class RuntimeRouting:
     rerouted: int
     transfers: int
     schedule: Schedule | None
-    #: why the runtime cannot run some message at all (no path through switches and forwarding gpus), else ""
+    #: why the XML could not be read back as the runtime routes it (e.g. a pair of ranks with no path through
+    #: switches and forwarding gpus), else ""
     problem: str = ""
 
     @property
