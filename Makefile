@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-quick clean
+.PHONY: run test lint bench bench-quick astra-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench --quick
+
+# ASTRA-sim against the astra model, every rank to the ns. Needs the ASTRA-sim 2.x analytical binaries (not part
+# of synth): SYNTH_ASTRA_BIN=/path/to/AstraSim_Analytical_Congestion_Aware (the Unaware one is looked up next to it,
+# or SYNTH_ASTRA_BIN_UNAWARE). ASTRA_CHECK_FLAGS=--quick for the 8-npu subset, --record FILE to save the numbers.
+astra-check: $(STAMP)
+	$(BIN)/python -m bench.bench_astra --markdown $(ASTRA_CHECK_FLAGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,15 +1,22 @@
 """The ``astra`` evaluator model: predicts the time ASTRA-sim 2.x reports for a schedule, in ns.
 
 ``evaluate(schedule, topology, size, model="astra")`` turns the schedule into the very Chakra traces
-``synth export chakra`` writes (:func:`synth.export.et.schedule_to_et`) and runs them through a
-re-implementation of ASTRA-sim's custom-collective executor and analytical network:
+``synth export chakra`` writes (:func:`lower`: :func:`synth.export.et.schedule_to_et`, then the
+ordering nodes of :func:`sequence_sends`) and runs them through a re-implementation of ASTRA-sim's
+custom-collective executor and analytical network (:func:`simulate`). Every rank's finish time is checked
+against the real ASTRA-sim 2.x binaries by ``make astra-check`` (``bench/bench_astra.py``).
 
 Executor (ASTRA-sim's ``CustomAlgorithm``)
-    Every dependency-free node of a rank's trace is issued at once. A send completes when its data
-    reaches the destination; a recv completes when its matching message has arrived and the recv has
-    been posted (whichever is later); a COMP node takes ``duration_micros`` x 1000 ns, and 0 µs
-    becomes 1 ns. Sends and recvs match on (tag, src, dst, size), first in first out. A rank is done
-    when all its nodes are; the result is the last rank's finish time (``sys[i] finished, T cycles``).
+    Every dependency-free node of a rank's trace is issued at once; the nodes one completion frees are
+    issued together, in an order ASTRA-sim takes from a hash set (the model: file order; the exported
+    traces are made not to depend on it). A send completes when its data reaches the destination; a
+    recv completes when its matching message has arrived and the recv has been posted (whichever is
+    later; a recv posted after the arrival completes through an event 0 ns ahead); a COMP node takes
+    ``duration_micros`` x 1000 ns, and 0 µs becomes 1 ns, and the COMP nodes of a rank that end in the
+    same ns run together where the first of them was scheduled (``Sys::register_event`` keeps one list
+    per rank and tick). Sends and recvs match on (tag, src, dst, size), first in first out. Events of one
+    ns run in the order they were created. A rank is done when all its nodes are; the result is the last
+    rank's finish time (``sys[i] finished, T cycles``).
 
 Network, one dimension (congestion-aware backend)
     Devices are the npus 0..n-1 and, for a Switch, one switch n. Each direction of a link is its own
@@ -57,7 +64,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from synth.errors import InputError, SynthError
+from synth.errors import InputError, LimitError, SynthError
 from synth.plan import Plan
 from synth.schedule import Schedule
 from synth.topology import Topology
@@ -279,6 +286,13 @@ class Network:
     route: Callable[[int, int, int | None], list[_Link]] | None = None
     delay: Callable[[int, int, int], int] | None = None
     description: str = ""
+    links: dict[Any, _Link] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Every link idle with an empty queue (before a simulation)."""
+        for link in self.links.values():
+            link.busy = False
+            link.pending.clear()
 
 
 def astra_network(system: AstraSystem) -> Network:
@@ -294,7 +308,7 @@ def astra_network(system: AstraSystem) -> Network:
 
     dim = system.dims[0]
     n = dim.npus
-    links: dict[tuple[int, int], _Link] = {}
+    links: dict[Any, _Link] = {}
 
     def link(a: int, b: int) -> _Link:
         found = links.get((a, b))
@@ -316,12 +330,12 @@ def astra_network(system: AstraSystem) -> Network:
             current = nxt
         return hops
 
-    return Network(route=route, description=f"ASTRA-sim congestion-aware {dim.kind} of {n} npus")
+    return Network(route=route, description=f"ASTRA-sim congestion-aware {dim.kind} of {n} npus", links=links)
 
 
 def physical_network(topology: Topology, paths: dict[int, tuple[str, ...]]) -> Network:
     """Store-and-forward on the topology's own links along each transfer's path (GB/s = 10^9 B/s)."""
-    links: dict[tuple[str, str], _Link] = {}
+    links: dict[Any, _Link] = {}
     graph = topology.graph
 
     def link(u: str, v: str) -> _Link:
@@ -342,7 +356,7 @@ def physical_network(topology: Topology, paths: dict[int, tuple[str, ...]]) -> N
                                  f"switches and forwarding gpus joins them on {topology.name!r}")
         return [link(u, v) for u, v in zip(path, path[1:], strict=False)]
 
-    return Network(route=route, description=f"store-and-forward on the links of {topology.name!r}")
+    return Network(route=route, description=f"store-and-forward on the links of {topology.name!r}", links=links)
 
 
 def network_for(topology: Topology, paths: dict[int, tuple[str, ...]] | None = None) -> Network:
@@ -356,6 +370,41 @@ def network_for(topology: Topology, paths: dict[int, tuple[str, ...]] | None = N
     return physical_network(topology, paths or {})
 
 
+def smallest_message(system: AstraSystem) -> int:
+    """The fewest bytes a message may have for ASTRA-sim to run it: every event it causes must lie at least
+    1 ns ahead.
+
+    A message that starts at time 0 and takes under 1 ns on its link (congestion-aware: ``size / bw < 1``;
+    congestion-unaware: ``hops * latency + size / bw < 1``) schedules an event at time 0, which ASTRA-sim's
+    event queue rejects (``Assertion `current_event_list.get_event_time() > current_time' failed``, exit
+    134, no rank finishes). Later tiny messages run, but synth's exports keep every message at or above
+    this size so that two sends of a rank never reach a link in the same ns (see :func:`sequence_sends`).
+
+    Examples
+    --------
+    >>> smallest_message(AstraSystem((AstraDim("Ring", 8, 50.0, 500.0),)))  # 50 GB/s = 53.687 bytes/ns
+    54
+    """
+    smallest = 1
+    for dim in system.dims:
+        bw = dim.bytes_per_ns
+        if system.congestion_aware:
+            def runs(size: int, bw: float = bw, latency: float = dim.latency) -> bool:
+                return int(size / bw) >= 1 and int(latency + size / bw) >= 1
+        else:
+            hops = 2 if dim.kind == "Switch" else 1
+
+            def runs(size: int, bw: float = bw, latency: float = hops * dim.latency) -> bool:
+                return int(latency + size / bw) >= 1
+        size = max(1, math.ceil(bw) - 1)
+        while not runs(size):
+            size += 1
+        while size > 1 and runs(size - 1):
+            size -= 1
+        smallest = max(smallest, size)
+    return smallest
+
+
 # ------------------------------------------------------------------------------------ simulator
 @dataclass
 class SimulationResult:
@@ -365,6 +414,14 @@ class SimulationResult:
     #: (src rank, send node id, dst rank, recv node id, arrival ns) per delivered message, in order
     matches: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)
+    #: nodes whose order ASTRA-sim would leave to chance, each group in the order this run issued them
+    #: (``(rank, node index)``, one rank per group): two sends of a rank that reach a link in the same
+    #: ns, or two nodes one completion freed together whose messages reach a link in the same ns
+    ties: list[list[tuple[int, int]]] = field(default_factory=list)
+    #: sends ``(rank, node index)`` that reach a link in the same ns as a message passing through it
+    delays: list[tuple[int, int]] = field(default_factory=list)
+    #: per link that carried anything, the messages it started, in order: (start ns, src rank, tag)
+    link_log: dict[Any, list[tuple[int, int, int]]] = field(default_factory=dict)
 
     @property
     def time_ns(self) -> int:
@@ -374,55 +431,150 @@ class SimulationResult:
         return max((t for t in self.finish_ns if t is not None), default=0)
 
 
-def simulate(program: Any, network: Network) -> SimulationResult:
-    """Run an :class:`~synth.export.et.EtProgram` as ASTRA-sim's custom-collective executor does."""
+_Context = tuple[int, int, Any]  # (step id, call id or -1, (rank, node index) or None)
+
+
+def simulate(program: Any, network: Network, order: str | int | None = None) -> SimulationResult:
+    """Run an :class:`~synth.export.et.EtProgram` as ASTRA-sim's custom-collective executor does.
+
+    Besides the finish times, it reports every place where two messages reach one link in the same ns
+    in an order ASTRA-sim could take differently (:attr:`SimulationResult.ties` and ``delays``, see
+    :func:`sequence_sends`). For two messages passing through a link, every event remembers where it was
+    created (the event being processed, and the node whose issue created it when that happened while
+    issuing the nodes one completion freed); events of one ns run in creation order, so the order of two
+    of them is fixed unless their creation histories part at one such batch of nodes, which ASTRA-sim
+    issues in hash-set order.
+
+    Parameters
+    ----------
+    program : EtProgram
+    network : Network
+        Reset before the run.
+    order : None, "reverse" or int
+        The order in which nodes that become ready together (freed by one completion, or the roots of a
+        rank) are issued: None is file order; "reverse" and a random seed stand in for ASTRA-sim's hash
+        set order, to check that a program's outcome does not depend on it.
+    """
+    import random
+
     from synth.proto.et_def import NodeType
 
+    network.reset()
+    shuffle = random.Random(order).shuffle if isinstance(order, int) and not isinstance(order, bool) else None
+    if order is not None and shuffle is None and order != "reverse":
+        raise ValueError(f"order must be None, 'reverse' or an integer seed, got {order!r}")
+    send_type, recv_type, comp_type = NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMP_NODE
     n = program.num_ranks
-    index: list[dict[int, int]] = []
     children: list[list[list[int]]] = []
     waiting: list[list[int]] = []
     for rank in range(n):
         nodes = program.nodes[rank]
         position = {node.id: i for i, node in enumerate(nodes)}
-        index.append(position)
         kids: list[list[int]] = [[] for _ in nodes]
         counts = [0] * len(nodes)
         for i, node in enumerate(nodes):
             for dep in set(node.deps):
                 kids[position[dep]].append(i)
                 counts[i] += 1
+        for kid_list in kids:
+            kid_list.sort()
         children.append(kids)
         waiting.append(counts)
     remaining = [len(program.nodes[r]) for r in range(n)]
     finish: list[int | None] = [None if remaining[r] else 0 for r in range(n)]
-    heap: list[tuple[int, int, int, tuple[Any, ...]]] = []
-    sequence = 0
+    heap: list[tuple[int, int, int, Any]] = []
     now = 0
     sent: dict[tuple[int, int, int, int], int] = {}
     posted: dict[tuple[int, int, int, int], int] = {}
     arrived: dict[tuple[tuple[int, int, int, int], int], int] = {}  # message -> arrival time
     recv_waiting: dict[tuple[tuple[int, int, int, int], int], tuple[int, int]] = {}
     send_of: dict[tuple[tuple[int, int, int, int], int], tuple[int, int]] = {}
+    batches: dict[tuple[int, int], tuple[int, list[tuple[int, int]]]] = {}  # (rank, ns) -> (event, entries)
     matches: list[tuple[int, int, int, int, int]] = []
-    action_done, action_arrive, action_free = 0, 1, 2
+    action_done, action_arrive, action_free, action_batch = 0, 1, 2, 3
+    # provenance: every event and every COMP completion in a batch is a *step*
+    step_time: list[int] = []
+    step_origin: list[_Context] = []
+    step_batch: list[int] = []  # the batch event of a COMP completion, else -1
+    context: _Context = (-1, -1, None)
+    calls = 0
+    last_enqueue: dict[int, tuple[int, _Context, tuple[int, int] | None]] = {}  # id(link) -> last enqueue
+    parted: dict[tuple[int, int], tuple[int, int, int, int] | None] = {}  # memo of parting(), by step pair
+    ties: dict[tuple[Any, ...], list[tuple[int, int]]] = {}  # group -> nodes (rank, index) to order, in issue order
+    delays: dict[tuple[int, int], None] = {}  # sends to start 1 ns later
+    issued: dict[tuple[int, int], int] = {}  # (rank, node index) -> issue sequence number
+    link_log: dict[Any, list[tuple[int, int, int]]] = {}
 
-    def at(time: int, action: int, payload: tuple[Any, ...]) -> None:
-        nonlocal sequence
-        heapq.heappush(heap, (time, sequence, action, payload))
-        sequence += 1
+    def new_step(time: int, batch: int = -1) -> int:
+        step_time.append(time)
+        step_origin.append(context)
+        step_batch.append(batch)
+        return len(step_time) - 1
 
-    def transmit(link: _Link, message: list[Any]) -> None:
-        link.busy = True
-        size = message[2]
-        at(now + int(link.latency + size / link.bw), action_arrive, (message,))
-        at(now + int(size / link.bw), action_free, (link,))
+    def at(time: int, action: int, payload: Any) -> int:
+        step = new_step(time)
+        heapq.heappush(heap, (time, step, action, payload))
+        return step
 
-    def push(link: _Link, message: list[Any]) -> None:
+    def created(origin: _Context) -> int:
+        return step_time[origin[0]] if origin[0] >= 0 else 0
+
+    def parting(first: _Context, second: _Context) -> tuple[int, int, int, int] | None:
+        """Where the histories of two actions of one ns part at a batch of nodes issued in hash order:
+        (rank, batch, node issued first, node issued second); None when their order is fixed."""
+        walked: list[tuple[int, int]] = []
+        found: tuple[int, int, int, int] | None = None
+        while True:
+            a, b = first[0], second[0]
+            if a == b:  # one step: its code runs in a fixed order, except the nodes of one batch
+                if first[1] == second[1] != -1 and first[2] != second[2]:
+                    found = (first[2][0], first[1], first[2][1], second[2][1])
+                break
+            if a < 0 or b < 0:
+                break  # a rank's roots are issued before any event, ranks in rank order
+            if (a, b) in parted:
+                found = parted[(a, b)]
+                break
+            walked.append((a, b))
+            batch_a, batch_b = step_batch[a], step_batch[b]
+            if batch_a == -1 or batch_a != batch_b:  # events run in creation order (a COMP in its batch's place)
+                a, b = (batch_a if batch_a != -1 else a), (batch_b if batch_b != -1 else b)
+                if a == b:
+                    break
+            first, second = step_origin[a], step_origin[b]  # two COMPs of one batch: in registration order
+            if created(first) != created(second):
+                break
+        for pair in walked:
+            parted[pair] = found
+        return found
+
+    def enqueue(link: _Link, message: list[Any], sender: tuple[int, int] | None = None) -> None:
+        """A message joins a link's queue: sent by ``sender`` (rank, node index), else passing through."""
+        key = id(link)
+        last = last_enqueue.get(key)
+        if last is not None and last[0] == now:  # a tie: two messages reach the link in the same ns
+            earlier = last[2]
+            if sender is not None and earlier is not None:  # two sends of one rank: order them
+                ties.setdefault(("link", key, now, sender[0]), []).extend((earlier, sender))
+            elif sender is not None or earlier is not None:  # a send and a message passing: the send waits
+                delays[sender or earlier] = None  # type: ignore[index]
+            else:  # two messages passing: is their order fixed?
+                found = parting(last[1], context)
+                if found is not None:
+                    rank, batch, first, second = found
+                    ties.setdefault(("batch", batch, rank), []).extend(((rank, first), (rank, second)))
+        last_enqueue[key] = (now, context, sender)
         if link.busy:
             link.pending.append(message)
         else:
             transmit(link, message)
+
+    def transmit(link: _Link, message: list[Any]) -> None:
+        link.busy = True
+        size = message[2]
+        link_log.setdefault(link, []).append((now, message[0][1], message[0][0]))
+        at(now + int(link.latency + size / link.bw), action_arrive, message)
+        at(now + int(size / link.bw), action_free, link)
 
     def deliver(message: list[Any]) -> None:
         key, number = message[0], message[1]
@@ -438,7 +590,7 @@ def simulate(program: Any, network: Network) -> SimulationResult:
     def issue(rank: int, i: int) -> None:
         node = program.nodes[rank][i]
         kind = node.type
-        if kind == NodeType.COMM_SEND_NODE:
+        if kind == send_type:
             if not 0 <= node.peer < n or node.peer == rank:
                 raise InputError("", f"rank {rank} node {node.id}", f"sends to invalid rank {node.peer}")
             key = (node.tag, rank, node.peer, node.size)
@@ -447,11 +599,11 @@ def simulate(program: Any, network: Network) -> SimulationResult:
             send_of[(key, number)] = (rank, i)
             message = [key, number, node.size, 0, None]
             if network.delay is not None:
-                at(now + network.delay(rank, node.peer, node.size), action_arrive, (message,))
+                at(now + network.delay(rank, node.peer, node.size), action_arrive, message)
             else:
-                message[4] = network.route(rank, node.peer, node.transfer)  # type: ignore[misc]
-                push(message[4][0], message)
-        elif kind == NodeType.COMM_RECV_NODE:
+                route = message[4] = network.route(rank, node.peer, node.transfer)  # type: ignore[misc]
+                enqueue(route[0], message, (rank, i))
+        elif kind == recv_type:
             if not 0 <= node.peer < n or node.peer == rank:
                 raise InputError("", f"rank {rank} node {node.id}", f"receives from invalid rank {node.peer}")
             key = (node.tag, node.peer, rank, node.size)
@@ -460,47 +612,74 @@ def simulate(program: Any, network: Network) -> SimulationResult:
             if (key, number) in arrived:
                 src_rank, send_index = send_of[(key, number)]
                 matches.append((src_rank, program.nodes[src_rank][send_index].id, rank, node.id, now))
-                at(now, action_done, (rank, i))
+                at(now, action_done, (rank, i))  # ASTRA-sim: the recv callback, scheduled 0 ns ahead
             else:
                 recv_waiting[(key, number)] = (rank, i)
-        elif kind == NodeType.COMP_NODE:
-            at(now + (node.duration_us * 1000 if node.duration_us else 1), action_done, (rank, i))
+        elif kind == comp_type:
+            # ASTRA-sim's Sys::register_event: one list per (rank, tick), run when the tick's first event fires
+            when = now + (node.duration_us * 1000 if node.duration_us else 1)
+            batch = batches.get((rank, when))
+            if batch is None:
+                batch = batches[(rank, when)] = (at(when, action_batch, (rank, when)), [])
+            batch[1].append((new_step(when, batch[0]), i))
         else:
             at(now, action_done, (rank, i))
+
+    def issue_all(rank: int, ready: list[int]) -> None:
+        nonlocal context, calls
+        if not ready:
+            return
+        if len(ready) > 1 and order is not None:
+            if shuffle is None:
+                ready.reverse()
+            else:
+                shuffle(ready)
+        step, call = context[0], calls
+        calls += 1
+        for i in ready:
+            context = (step, call, (rank, i))
+            issued[(rank, i)] = len(issued)
+            issue(rank, i)
+        context = (step, -1, None)
 
     def done(rank: int, i: int) -> None:
         remaining[rank] -= 1
         if remaining[rank] == 0:
             finish[rank] = now
+        ready = []
         for child in children[rank][i]:
             waiting[rank][child] -= 1
             if waiting[rank][child] == 0:
-                issue(rank, child)
+                ready.append(child)
+        issue_all(rank, ready)
 
     for rank in range(n):
-        for i in range(len(program.nodes[rank])):
-            if waiting[rank][i] == 0:
-                issue(rank, i)
+        context = (-1 - rank, -1, None)
+        issue_all(rank, [i for i in range(len(program.nodes[rank])) if waiting[rank][i] == 0])
     while heap:
-        now, _, action, payload = heapq.heappop(heap)
+        now, step, action, payload = heapq.heappop(heap)
+        context = (step, -1, None)
         if action == action_done:
             done(*payload)
         elif action == action_arrive:
-            message = payload[0]
-            route = message[4]
+            route = payload[4]
             if route is None:
-                deliver(message)
+                deliver(payload)
             else:
-                message[3] += 1
-                if message[3] < len(route):
-                    push(route[message[3]], message)
+                payload[3] += 1
+                if payload[3] < len(route):
+                    enqueue(route[payload[3]], payload)
                 else:
-                    deliver(message)
+                    deliver(payload)
+        elif action == action_batch:
+            rank = payload[0]
+            for entry, i in batches.pop(payload)[1]:
+                context = (entry, -1, None)
+                done(rank, i)
         else:
-            link = payload[0]
-            link.busy = False
-            if link.pending:
-                transmit(link, link.pending.popleft())
+            payload.busy = False
+            if payload.pending:
+                transmit(payload, payload.pending.popleft())
     unmatched = []
     for (key, _), (rank, i) in sorted(recv_waiting.items()):
         unmatched.append(f"rank {rank} node {program.nodes[rank][i].id} waits for a message from rank {key[1]} "
@@ -513,12 +692,172 @@ def simulate(program: Any, network: Network) -> SimulationResult:
     for rank in range(n):
         if finish[rank] is None and not any(f"rank {rank} " in u for u in unmatched):
             unmatched.append(f"rank {rank} never finishes (a dependency is never satisfied)")
-    return SimulationResult(finish, matches, unmatched)
+    groups = []
+    for members in ties.values():
+        ordered = sorted(set(members), key=issued.__getitem__)
+        groups.append(ordered)
+    return SimulationResult(finish, matches, unmatched, groups, list(delays), link_log)
+
+
+# ------------------------------------------------------------------------------------------ order
+#: Name prefix and extra attribute of the ordering COMP nodes :func:`sequence_sends` adds.
+ORDER_PREFIX = "order_after_"
+DELAY_PREFIX = "delay_"
+ORDER_ATTR = "order_after"
+MAX_ORDER_ROUNDS = 200
+MAX_DELAYS = 16
+
+
+def sequence_sends(program: Any, network: Network) -> SimulationResult:
+    """Make the traces' outcome independent of the order in which ASTRA-sim issues simultaneously ready
+    nodes; returns the final run.
+
+    ASTRA-sim issues the nodes that one completion frees in the order of a hash set (the Chakra feeder's
+    ``std::unordered_set``) and runs the events of one ns in the order they were created, so where two
+    messages reach one link in the same ns, which goes first may depend on that hash order, which no trace
+    states. :func:`simulate` reports every such tie, and this adds nodes until none is left:
+
+    - two sends of a rank reach their link in the same ns: the second (in the order the model issued
+      them, file order for nodes freed together) waits for an *ordering node* of the first, a COMP node of
+      0 µs (1 ns in ASTRA-sim) with the first send's dependencies, so it starts exactly 1 ns later, while
+      the first still occupies the link (every message takes at least 1 ns there,
+      :func:`smallest_message`): the link serves them in the same order at the same times;
+    - a send reaches its link in the same ns as a message passing through (a Ring's npu forwarding):
+      the send waits for a *delay node* (the same kind of COMP node, with the send's own dependencies)
+      and starts 1 ns later, behind the passing message (at most :data:`MAX_DELAYS` times per send);
+    - two messages pass through a link in the same ns (at a Switch): their order is their creation
+      order, fixed unless their histories part at nodes one completion freed together; those nodes are
+      then ordered 1 ns apart as above.
+
+    Ordering nodes are named ``order_after_<node>``, delay nodes ``delay_<send>``; both carry the extra
+    attribute ``order_after`` (the node's id) and are appended to each rank's node list. Networks without
+    links (congestion-unaware) need none. Tests check the result by issuing simultaneously ready nodes in
+    reversed and random orders (:func:`simulate`'s ``order``).
+    """
+    from synth.export.et import EtNode
+    from synth.proto.et_def import NodeType
+
+    result = simulate(program, network)
+    base_length = [len(nodes) for nodes in program.nodes]
+    after_of: dict[tuple[int, int], int] = {}  # (rank, node index) -> index of its ordering node
+    next_id = [max((node.id for node in nodes), default=-1) + 1 for nodes in program.nodes]
+
+    def add_dep(rank: int, index: int, dep_id: int) -> None:
+        node = program.nodes[rank][index]
+        if dep_id in node.deps:
+            return
+        node.deps = tuple(sorted({*node.deps, dep_id}))
+        if (rank, index) in after_of:  # an ordering node keeps its node's dependencies
+            add_dep(rank, after_of[(rank, index)], dep_id)
+
+    def ordering_node(rank: int, index: int) -> int:
+        found = after_of.get((rank, index))
+        if found is None:
+            nodes = program.nodes[rank]
+            found = after_of[(rank, index)] = len(nodes)
+            nodes.append(EtNode(next_id[rank], ORDER_PREFIX + nodes[index].name, NodeType.COMP_NODE,
+                                nodes[index].deps, extras={ORDER_ATTR: nodes[index].id}))
+            next_id[rank] += 1
+        return found
+
+    delayed: dict[tuple[int, int], int] = {}
+    for _ in range(MAX_ORDER_ROUNDS):
+        # a send that keeps meeting messages passing through (a link busy every ns) stays after MAX_DELAYS
+        delays = [send for send in result.delays if delayed.get(send, 0) < MAX_DELAYS]
+        if not result.ties and not delays:
+            program.order_nodes = sum(len(nodes) - length for nodes, length in zip(program.nodes, base_length,
+                                                                                  strict=True))
+            return result
+        for group in result.ties:  # 1 ns apart, in the order this run issued them
+            for (rank, earlier), (_, later) in zip(group, group[1:], strict=False):
+                add_dep(rank, later, program.nodes[rank][ordering_node(rank, earlier)].id)
+        for rank, index in delays:  # 1 ns later than its dependencies allow
+            delayed[(rank, index)] = delayed.get((rank, index), 0) + 1
+            nodes = program.nodes[rank]
+            delay = EtNode(next_id[rank], DELAY_PREFIX + nodes[index].name, NodeType.COMP_NODE, nodes[index].deps,
+                           extras={ORDER_ATTR: nodes[index].id})
+            next_id[rank] += 1
+            nodes.append(delay)
+            add_dep(rank, index, delay.id)
+        result = simulate(program, network)
+    raise SynthError(f"could not make the traces independent of ASTRA-sim's issue order in {MAX_ORDER_ROUNDS} rounds")
 
 
 # ---------------------------------------------------------------------------------------- model
-def astra_time_ns(schedule: Schedule, topology: Topology, size: int, comp_duration_us: int | None = None) -> int:
-    """Predicted ASTRA-sim time in ns of ``schedule`` at ``size`` bytes on ``topology``.
+@dataclass
+class Lowered:
+    """A schedule lowered for ASTRA-sim at one size: the traces (ordered), their run, the network."""
+
+    program: Any
+    result: SimulationResult
+    network: Network
+    system: AstraSystem | None
+
+
+def lower(schedule: Schedule, topology: Topology, size: int, comp_duration_us: int | None = None,
+          tag_base: int = 0, extras: bool = True, slices: int = 1, window: int | None = None) -> Lowered:
+    """The traces ``synth export chakra`` writes for ``schedule`` at ``size`` bytes, and their simulation.
+
+    :func:`synth.export.et.schedule_to_et` builds the nodes (``slices`` messages per transfer, ``window``
+    in flight), :func:`sequence_sends` fixes the order of sends that share a link. Refuses (LimitError)
+    messages ASTRA-sim cannot run (:func:`smallest_message`) on a network it describes.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> topo = load_topology("switch:n=4,bandwidth=53.6870912,latency=0.5")
+    >>> lowered = lower(synthesize(topo, "allgather", "direct"), topo, 2**20)
+    >>> lowered.result.finish_ns, lowered.program.order_nodes  # ASTRA-sim 2.x reports the same finish times
+    ([20528, 25410, 30292, 30292], 8)
+    """
+    from synth.export.et import chunk_bytes, schedule_to_et, slice_sizes
+
+    if len(schedule.ranks) != topology.num_ranks:
+        raise InputError("", "topology", f"the schedule has {len(schedule.ranks)} ranks, the topology "
+                         f"{topology.num_ranks} gpus")
+    program = schedule_to_et(schedule, size, comp_duration_us, tag_base, extras, slices, window)
+    system, _ = astra_system(topology)
+    if system is not None and system.npus == topology.num_ranks:
+        smallest = smallest_message(system)
+        message = min(slice_sizes(chunk_bytes(schedule, size), slices))
+        if message < smallest:
+            chunks = schedule.collective.chunks
+            fits = chunks * (slices * smallest - 1) + 1
+            speed = min(d.bytes_per_ns for d in system.dims)
+            raise LimitError(f"messages of {message} bytes ({size} bytes in {chunks} chunks"
+                             + (f" of {slices} slices" if slices > 1 else "")
+                             + f") take under 1 ns on this network's links ({speed:.4g} bytes per ns): ASTRA-sim "
+                             "aborts on them (an assertion in its event queue, exit 134). The smallest message it "
+                             f"runs here is {smallest} bytes: use a size of at least {fits} bytes"
+                             + (" or fewer slices" if slices > 1 else "") + ".")
+    network = network_for(topology, program.paths)
+    result = sequence_sends(program, network)
+    return Lowered(program, result, network, system)
+
+
+def astra_finish_ns(schedule: Schedule, topology: Topology, size: int, comp_duration_us: int | None = None,
+                    slices: int = 1, window: int | None = None) -> list[int]:
+    """Predicted ``sys[i] finished, T cycles`` of every rank (ns), as ASTRA-sim prints them.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> topo = load_topology("ring:n=4,bandwidth=53.6870912,latency=0.5")
+    >>> astra_finish_ns(synthesize(topo, "allgather", "ring"), topo, 2**20)  # 3 hops of 500 + 262144/53.687 ns
+    [16146, 16146, 16146, 16146]
+    """
+    result = lower(schedule, topology, size, comp_duration_us, extras=False, slices=slices, window=window).result
+    if any(t is None for t in result.finish_ns):
+        raise SynthError("the traces deadlock: " + "; ".join(result.unmatched[:5]))
+    return [int(t) for t in result.finish_ns if t is not None]
+
+
+def astra_time_ns(schedule: Schedule, topology: Topology, size: int, comp_duration_us: int | None = None,
+                  slices: int = 1, window: int | None = None) -> int:
+    """Predicted ASTRA-sim time in ns of ``schedule`` at ``size`` bytes on ``topology``: the last rank's
+    finish (see :func:`astra_finish_ns`).
 
     Examples
     --------
@@ -528,22 +867,35 @@ def astra_time_ns(schedule: Schedule, topology: Topology, size: int, comp_durati
     >>> astra_time_ns(synthesize(topo, "allgather", "direct"), topo, 2**20)
     2941
     """
-    from synth.export.et import schedule_to_et
-
-    if len(schedule.ranks) != topology.num_ranks:
-        raise InputError("", "topology", f"the schedule has {len(schedule.ranks)} ranks, the topology "
-                         f"{topology.num_ranks} gpus")
-    program = schedule_to_et(schedule, size, comp_duration_us, extras=False)
-    result = simulate(program, network_for(topology, program.paths))
-    return result.time_ns
+    return max(astra_finish_ns(schedule, topology, size, comp_duration_us, slices, window))
 
 
 def simulate_astra(schedule: Schedule, topology: Topology, size: int, plan: Plan) -> float:
     """The ``astra`` model for :func:`synth.evaluate.evaluate`: seconds (an integer number of ns).
 
-    ASTRA-sim has no protocols and runs a custom collective's chunks as they are: the plan is always the
-    ``ideal`` protocol with one slice per chunk (checked by the evaluator)."""
-    return astra_time_ns(schedule, topology, size) / 1e9
+    ASTRA-sim has no protocols. The plan's slices and window are lowered as ``export chakra --slices
+    --window`` lowers them (a window as wide as the slices is none). The model is registered with
+    ``slicing=False`` while ``export chakra`` writes one slice per chunk by default, so every plan it gets
+    has one slice and the prediction is the default export's.
+    """
+    window = plan.window if plan.window < plan.slices else None
+    return astra_time_ns(schedule, topology, size, slices=plan.slices, window=window) / 1e9
+
+
+def schedule_fingerprint(schedule: Schedule) -> str:
+    """First 16 hex digits of the SHA-256 of the schedule's JSON: which schedule an ASTRA-sim measurement
+    (``make astra-check --record``) is of.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> len(schedule_fingerprint(synthesize(load_topology("switch:n=4"), "allgather", "ring")))
+    16
+    """
+    import hashlib
+
+    return hashlib.sha256(schedule.to_json().encode()).hexdigest()[:16]
 
 
 def _register() -> None:

@@ -107,6 +107,12 @@ def test_ring_allreduce_on_8npu_switch_decodes_node_by_node(pb, tmp_path):
                 key = (attrs["comm_tag"][1], attrs["comm_src"][1], rank, message)
                 assert key not in recvs
                 recvs[key] = (rank, node)
+            elif node.name.startswith("order_after_"):  # an ordering node: the deps of the node it follows
+                assert node.type == pb.COMP_NODE and node.duration_micros == 0
+                assert list(node.data_deps) == list(by_id[_attrs(node)["order_after"][1]].data_deps)
+            elif node.name.startswith("delay_"):  # a delay node: the send waits for it
+                assert node.type == pb.COMP_NODE and node.duration_micros == 0
+                assert node.id in by_id[_attrs(node)["order_after"][1]].data_deps
             else:
                 assert node.type == pb.COMP_NODE
                 assert node.duration_micros == 0
@@ -118,7 +124,8 @@ def test_ring_allreduce_on_8npu_switch_decodes_node_by_node(pb, tmp_path):
         for node in nodes:
             if node.type == pb.COMM_RECV_NODE:
                 chunk = _attrs(node)["chunk"][1]
-                done = next((n for n in nodes if n.type == pb.COMP_NODE and node.id in n.data_deps), node)
+                done = next((n for n in nodes if n.type == pb.COMP_NODE and node.id in n.data_deps
+                             and not n.name.startswith(("order_after_", "delay_"))), node)
                 received.setdefault(chunk, set()).add(done.id)
         starts = 0
         for node in nodes:
@@ -147,8 +154,11 @@ def test_ring_allreduce_on_8npu_switch_decodes_node_by_node(pb, tmp_path):
     assert "bandwidth: [ 46.566128730773926 ]" in network  # 50 GB/s (10^9) in ASTRA-sim's GB (2^30)
     assert "latency: [ 500 ]" in network
     script = (tmp_path / "run_astrasim.sh").read_text()
-    assert ("--workload-configuration=workload --system-configuration=system.json "
-            "--network-configuration=network.yml --remote-memory-configuration=remote_memory.json") in script
+    assert report.command == ("AstraSim_Analytical_Congestion_Aware --workload-configuration=workload "
+                              "--system-configuration=system.json --network-configuration=network.yml "
+                              "--remote-memory-configuration=remote_memory.json")
+    predicted = " ".join(str(t) for t in report.sets[0].predicted_finish_ns)
+    assert f'run . 1MiB "{predicted}" ""' in script  # compares every rank with the prediction
 
 
 def test_idle_rank_gets_a_zero_duration_comp_node():
@@ -178,7 +188,11 @@ def test_several_sizes_write_subfolders_and_same_input_same_bytes(tmp_path):
     for path in sorted((tmp_path / "a").rglob("*")):
         if path.is_file():
             assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
-    assert "--network-configuration=../network.yml" in (tmp_path / "a" / "run_astrasim.sh").read_text()
+    top = (tmp_path / "a" / "run_astrasim.sh").read_text()
+    assert 'run 1MiB 1MiB "' in top and 'run 1GiB 1GiB "' in top and top.count('"../"') == 2
+    for sub in ("1MiB", "1GiB"):  # each size also runs on its own: bash DIR/1MiB/run_astrasim.sh
+        own = (tmp_path / "a" / sub / "run_astrasim.sh").read_text()
+        assert 'run . ' + sub + ' "' in own and own.endswith('"../"\nexit $status\n')
 
 
 def test_topology_astra_sim_cannot_describe_gets_a_note_and_traces(tmp_path):
@@ -287,3 +301,95 @@ def test_round_trip_on_random_topologies(topology, tmp_path_factory):
     verify(back, topology)
     assert back.transfers == schedule.transfers
     assert astra_time_ns(back, topology, MIB) == astra_time_ns(schedule, topology, MIB)
+
+
+# ------------------------------------------------------------------------------------------------ slices
+def test_slices_split_every_transfer_with_remainders_spread_and_per_slice_deps():
+    from synth.export.et import slice_sizes
+
+    assert slice_sizes(10, 4) == [3, 3, 2, 2] and sum(slice_sizes(131075, 8)) == 131075
+    topology = load_topology("ring:n=4")
+    schedule = synthesize(topology, "allreduce", "ring")
+    size = 4 * 1003  # 1003-byte chunks in 4 slices: 251, 251, 251, 250
+    plain = schedule_to_et(schedule, size)
+    program = schedule_to_et(schedule, size, slices=4, window=2)
+    assert {k: 4 * v for k, v in plain.counts().items()} == program.counts()
+    tags, by_key = set(), {}
+    for rank, nodes in enumerate(program.nodes):
+        for node in nodes:
+            if node.type == et_def.NodeType.COMM_SEND_NODE:
+                assert node.size == [251, 251, 251, 250][node.slice]
+                assert node.tag == node.transfer * 4 + node.slice and node.tag not in tags
+                tags.add(node.tag)
+            by_key[(rank, node.type, node.transfer, node.slice)] = node
+    for t in schedule.transfers:
+        for j in range(4):
+            send = by_key[(t.src, et_def.NodeType.COMM_SEND_NODE, t.id, j)]
+            expected = set()
+            for dep in t.deps:  # ring: every dep's data arrived at t.src (its reduction or recv)
+                d = schedule.transfers[dep]
+                kind = et_def.NodeType.COMP_NODE if d.op == "reduce" else et_def.NodeType.COMM_RECV_NODE
+                expected.add(by_key[(t.src, kind, dep, j)].id)
+            if j >= 2:  # the window: slice j also waits for the delivery of slice j - 2
+                expected.add(by_key[(t.src, et_def.NodeType.COMM_SEND_NODE, t.id, j - 2)].id)
+            assert set(send.deps) == expected
+    assert schedule_to_et(schedule, size, slices=1).counts() == plain.counts()
+    with pytest.raises(InputError, match="slices"):
+        schedule_to_et(schedule, 8, slices=4)  # 2-byte chunks cannot be cut in 4
+
+
+def test_sliced_export_round_trips_and_predicts_what_the_model_says(tmp_path):
+    topology = load_topology("switch:n=4,bandwidth=53.6870912,latency=0.5")
+    schedule = synthesize(topology, "allreduce", "ring")
+    report = export_chakra(schedule, topology, [MIB], tmp_path, slices=4, window=2)
+    assert report.sets[0].predicted_ns == astra_time_ns(schedule, topology, MIB, slices=4, window=2)
+    assert report.sets[0].predicted_ns < astra_time_ns(schedule, topology, MIB)  # pipelining pays
+    assert "4 messages (slices), at most 2 in flight" in (tmp_path / "NOTE.txt").read_text()
+    back = import_chakra(tmp_path / report.name, topology)
+    assert back.transfers == schedule.transfers
+    # a window as wide as the slices is no window
+    wide = export_chakra(schedule, topology, [MIB], tmp_path / "wide", slices=4, window=4)
+    assert wide.window is None and wide.sets[0].predicted_ns == astra_time_ns(schedule, topology, MIB, slices=4)
+
+
+def test_cli_export_chakra_slices_and_tiny_sizes(tmp_path, capsys, monkeypatch):
+    from helpers import assert_refused, run_cli
+
+    topology = "switch:n=4,bandwidth=53.6870912,latency=0.5"
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["generate", topology, "-c", "allgather", "-a", "direct", "-o", "s.json"], capsys,
+                   monkeypatch).code == 0
+    done = run_cli(["export", "chakra", "s.json", "-s", "1MiB", "-s", "64KiB", "--slices", "2", "-o", "et", "--json"],
+                   capsys, monkeypatch)
+    assert done.code == 0, done.err
+    data = json.loads(done.out)
+    assert data["slices"] == 2 and [s["folder"] for s in data["sets"]] == ["1MiB", "64KiB"]
+    assert all(s["order_nodes"] > 0 and len(s["predicted_finish_ns"]) == 4 for s in data["sets"])
+    assert (tmp_path / "et" / "1MiB" / "run_astrasim.sh").is_file()  # the README's recipe
+    refused = run_cli(["export", "chakra", "s.json", "-s", "200B", "-o", "tiny"], capsys, monkeypatch)
+    assert_refused(refused, "messages of 50 bytes", "use a size of at least 213 bytes", None)
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_local_ops_sliced_round_trip_and_astra_sim_numbers(tmp_path):
+    """A local copy has no node, a local reduction is one COMP node per slice; both come back on import.
+    ASTRA-sim 2.x reported these finish times for the two exports (checked by hand with run_astrasim.sh)."""
+    from synth.collectives import Collective
+    from synth.schedule import Schedule, Transfer
+
+    topology = load_topology("switch:n=2,bandwidth=53.6870912,latency=0.5")
+    a, b = topology.gpus
+    transfers = (Transfer(0, 0, 1, 0, "copy", (a, "sw0", b), (), None, 0),
+                 Transfer(1, 1, 1, 0, "copy", (b,), (0,), 0, 1),
+                 Transfer(2, 1, 1, 0, "reduce", (b,), (1,), 1, None),
+                 Transfer(3, 1, 0, 0, "copy", (b, "sw0", a), (2,), None, None))
+    schedule = Schedule(Collective(Kind.ALLREDUCE, 2, 1, None), topology.name, (a, b), "manual", {}, transfers)
+    verify(schedule, topology)
+    plain = export_chakra(schedule, topology, [MIB], tmp_path / "plain", comp_duration_us=3)
+    sliced = export_chakra(schedule, topology, [MIB], tmp_path / "sliced", slices=4, window=2)
+    assert plain.sets[0].predicted_finish_ns == [83124, 83124]
+    assert sliced.sets[0].predicted_finish_ns == [37175, 37175]
+    assert sliced.sets[0].counts["COMP_NODE"] == 4 + sliced.sets[0].order_nodes  # the reduction, per slice
+    for report in (plain, sliced):
+        back = import_chakra(Path(report.folder) / report.name, topology)
+        assert back.transfers == schedule.transfers

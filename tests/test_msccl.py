@@ -1,5 +1,6 @@
 """MSCCL XML export and import: vectors from msccl-tools and ASTRA-sim, runtime limits, round trips."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -410,3 +411,55 @@ def test_unordered_accesses_to_one_buffer_position_are_a_race():
     with pytest.raises(InputError, match=r"gpu 0 tb 1 step 2: reads buffer i\[0\] and gpu 0 tb 0 step 2 also touches it.* race"):
         import_msccl("x.xml", load_topology("switch:n=4"), text=text.replace(step, step.replace(
             'depid="0" deps="2"', 'depid="-1" deps="-1"')))
+
+
+# ------------------------------------------------------------------------------ the runtime's own routes
+def test_export_states_the_routing_loss_of_a_forest_on_two_dgx_a100(tmp_path):
+    """XML names only the ends of a message: a forest allgather on 2 x DGX A100 that spreads its trees over
+    the NICs comes back through shortest paths through switches, and its congestion time grows 3.097 -> 3.355 ms
+    at 1 GiB."""
+    from synth.export.msccl import runtime_routing
+
+    topology = load_topology("dgx-a100:boxes=2")
+    schedule = synthesize(topology, "allgather", "forest")
+    program = export_msccl(schedule, tmp_path / "f.xml", topology)
+    routing = program.routing
+    assert routing is not None and routing.schedule is not None
+    assert round(float(routing.planned * 2**30) * 1e6) == 3097  # µs
+    assert round(float(routing.runtime * 2**30) * 1e6) == 3355
+    assert routing.loss == routing.runtime / routing.planned - 1 > 0
+    assert 0 < routing.rerouted < routing.transfers == len(schedule.transfers)
+    # what the runtime runs is exactly the XML read back
+    back = import_msccl(tmp_path / "f.xml", topology)
+    assert congestion(back, topology).seconds_per_byte == routing.runtime
+    assert runtime_routing(schedule, topology, program).runtime == routing.runtime  # deterministic
+
+
+def test_export_on_a_switch_loses_nothing_and_cli_says_so(tmp_path, capsys, monkeypatch):
+    from helpers import run_cli
+
+    topology = load_topology("switch:n=8")
+    schedule = synthesize(topology, "allreduce", "ring")
+    program = export_msccl(schedule, tmp_path / "r.xml", topology)
+    assert program.routing.rerouted == 0 and program.routing.loss == 0
+    assert export_msccl(schedule, tmp_path / "plain.xml").routing is None  # no topology, no check
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text(schedule.to_json())
+    done = run_cli(["export", "msccl", "s.json", "-o", "x.xml", "--size", "1GiB"], capsys, monkeypatch)
+    assert done.code == 0 and "the runtime takes the schedule's own paths" in done.out
+    assert "predicted time" in done.out and "routing loss" not in done.err
+
+
+def test_cli_prints_the_routing_loss_and_json_carries_it(tmp_path, capsys, monkeypatch):
+    from helpers import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["generate", "dgx-a100:boxes=2", "-c", "allgather", "-a", "forest", "-o", "f.json"], capsys,
+                   monkeypatch).code == 0
+    done = run_cli(["export", "msccl", "f.json", "-o", "f.xml"], capsys, monkeypatch)
+    assert done.code == 0, done.err
+    assert "routing loss" in done.err and "3.355 ms instead of the schedule's 3.097 ms (+8.3%)" in " ".join(
+        done.err.split())
+    done = run_cli(["export", "msccl", "f.json", "-o", "g.xml", "--json"], capsys, monkeypatch)
+    routing = json.loads(done.out)["routing"]
+    assert routing["loss"] == pytest.approx(1 / 12) and routing["rerouted_transfers"] > 0

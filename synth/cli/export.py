@@ -13,6 +13,7 @@ from synth.cli.common import (
     TOPOLOGY_HELP,
     console,
     err_console,
+    fmt_time,
     load_schedule,
     print_json,
     schedule_topology,
@@ -62,6 +63,10 @@ def export_chakra_command(
     name: Annotated[str | None, typer.Option("--name", help="trace file prefix (default <algorithm>_<collective>)")] = None,
     tag_base: Annotated[int, typer.Option("--tag-base", help="first message tag (give concurrent collectives "
                                           "distinct tags)")] = 0,
+    slices: Annotated[int, typer.Option("--slices", help="messages per transfer: each chunk is cut into this many "
+                                        "slices, slice j waiting for slice j of the transfer's dependencies")] = 1,
+    window: Annotated[int | None, typer.Option("--window", help="slices of a transfer in flight: slice j also "
+                                               "waits until slice j-window has arrived (default: no limit)")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Write Chakra ETs plus the workload, system, network and memory configs and run_astrasim.sh."""
@@ -71,18 +76,27 @@ def export_chakra_command(
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB"])
-    report = export_chakra(schedule, topo, sizes, output, comp_duration_us, name, tag_base)
+    report = export_chakra(schedule, topo, sizes, output, comp_duration_us, name, tag_base, slices, window)
     if as_json:
         print_json(report.to_dict())
         return
     for warning in report.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {warning}")
     rows = [[format_size(s.size), f"{s.folder}/{s.prefix}.<rank>.et", s.counts.get("COMM_SEND_NODE", 0),
-             s.counts.get("COMP_NODE", 0), "-" if s.predicted_ns is None else f"{s.predicted_ns} ns"]
+             s.counts.get("COMP_NODE", 0) - s.order_nodes, s.order_nodes,
+             "-" if s.predicted_ns is None else f"{s.predicted_ns} ns"]
             for s in report.sets]
-    console.print(table(f"wrote {output}: {schedule.algorithm} {schedule.kind} on {topo.name} for ASTRA-sim",
-                        ["size", "traces", "sends", "COMP nodes", "astra model predicts"], rows, {2, 3, 4}))
-    console.print(f"run it: bash {Path(output) / 'run_astrasim.sh'}   ({report.command})")
+    sliced = f", {slices} slices per transfer" + (f", {report.window} in flight" if report.window else "") \
+        if slices > 1 else ""
+    console.print(table(f"wrote {output}: {schedule.algorithm} {schedule.kind} on {topo.name} for ASTRA-sim{sliced}",
+                        ["size", "traces", "sends", "COMP nodes", "ordering nodes", "astra model predicts"], rows,
+                        {2, 3, 4, 5}))
+    script = Path(output) / ("run_astrasim.sh" if len(report.sets) == 1 else f"{report.sets[0].folder}/run_astrasim.sh")
+    console.print(f"run it: ASTRA_SIM=/path/to/{report.command.split()[0]} bash {script}   (checks every rank "
+                  f"against the prediction; {Path(output) / 'run_astrasim.sh'} runs every size)"
+                  if len(report.sets) > 1 else
+                  f"run it: ASTRA_SIM=/path/to/{report.command.split()[0]} bash {script}   (checks every rank "
+                  "against the prediction)")
 
 
 @export_app.command("msccl")
@@ -99,6 +113,8 @@ def export_msccl_command(
     proto: Annotated[str, typer.Option("--proto", help="Simple, LL or LL128")] = "Simple",
     min_bytes: Annotated[str, typer.Option("--min-bytes", help="smallest message size the algorithm is used for")] = "0",
     max_bytes: Annotated[str, typer.Option("--max-bytes", help="message sizes below this use the algorithm")] = "1TiB",
+    size: Annotated[str, typer.Option("--size", "-s", help="message size for the predicted time and the routing "
+                                      "loss report")] = "1GiB",
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Lower a schedule to MSCCL XML, checking every runtime limit before writing."""
@@ -109,16 +125,47 @@ def export_msccl_command(
     verify_file(schedule, topo, schedule_file)
     low = 0 if min_bytes.strip() == "0" else parse_size(min_bytes, "--min-bytes")
     limits = MscclLimits(max_channels, max_tbs_per_channel, sms, max_steps)
-    program = export_msccl(schedule, output, proto=proto, limits=limits, min_bytes=low,
+    report_size = parse_size(size, "--size")
+    program = export_msccl(schedule, output, topo, proto=proto, limits=limits, min_bytes=low,
                            max_bytes=parse_size(max_bytes, "--max-bytes"))
     stats = program.stats()
+    routing = program.routing
+    predicted = None
+    if routing is not None and routing.schedule is not None:
+        from synth.evaluate import evaluate
+
+        predicted = evaluate(routing.schedule, topo, report_size)
     if as_json:
-        print_json({"output": output, **stats})
+        extra = {} if routing is None else {"routing": routing.to_dict(report_size)}
+        if predicted is not None:
+            extra["predicted"] = predicted.to_dict()
+        print_json({"output": output, **stats, **extra})
         return
     console.print(f"wrote {output}: {schedule.algorithm} {schedule.kind} for MSCCL ({program.coll}, {proto}), "
                   f"{stats['channels']} channel(s), {stats['threadblocks']} threadblocks (at most "
                   f"{stats['max_tbs_per_gpu']} per gpu), {stats['steps']} steps (at most {stats['max_steps_per_tb']} "
                   "per threadblock)")
+    if routing is None:
+        return
+    planned = fmt_time(float(routing.planned * report_size))
+    if routing.runtime is None:
+        err_console.print(f"[yellow]warning:[/yellow] the runtime's paths are unknown: reading {output} back as the "
+                          f"runtime would route it (XML names only the ends of a message) failed: {routing.problem}")
+        return
+    runtime = fmt_time(float(routing.runtime * report_size))
+    time_text = (f"; predicted time {fmt_time(predicted.time_s)} ({predicted.model} model, {predicted.plan.describe()})"
+                 if predicted else "")
+    if routing.loss > 0:
+        err_console.print(f"[yellow]routing loss:[/yellow] XML names no routes, and the runtime takes its own path "
+                          f"(shortest through switches and forwarding gpus, balanced) for {routing.rerouted} of {routing.transfers} "
+                          f"transfers: at {format_size(report_size)} the congestion time is {runtime} instead of the "
+                          f"schedule's {planned} (+{float(routing.loss):.1%}){time_text}")
+    elif routing.rerouted:
+        console.print(f"routing: the runtime takes other paths for {routing.rerouted} of {routing.transfers} transfers "
+                      f"at no loss: congestion time {runtime} at {format_size(report_size)}{time_text}")
+    else:
+        console.print(f"routing: the runtime takes the schedule's own paths: congestion time {runtime} at "
+                      f"{format_size(report_size)}{time_text}")
 
 
 @import_app.command("chakra")

@@ -3,16 +3,20 @@
 Export writes, into an output folder (atomically), for every message size:
 
 - ``<name>.<rank>.et``: the schedule as per-rank traces (see :mod:`synth.export.et` for the exact
-  node mapping: COMM_SEND_NODE / COMM_RECV_NODE per transfer with a unique tag, a COMP_NODE per
-  reduction, dependencies so a rank forwards or reduces a chunk only after it has it);
+  node mapping: COMM_SEND_NODE / COMM_RECV_NODE per transfer, or per slice of a transfer, with a unique
+  tag, a COMP_NODE per reduction, dependencies so a rank forwards or reduces a chunk only after it has
+  it), plus the ordering nodes of :func:`synth.astra.sequence_sends` that make the outcome independent
+  of the order in which ASTRA-sim issues simultaneously ready nodes;
 - ``workload.<rank>.et``: the workload, one COMM_COLL_NODE per rank (``comm_type``, ``comm_size``);
 - ``system.json``: ``"<coll>-implementation-custom": ["<name>"]`` and ``"preferred-dataset-splits": 1``;
 
 and once: ``remote_memory.json``, ``network.yml`` when ASTRA-sim can describe the topology (a product
 of Ring / FullyConnected / Switch dimensions; bandwidth in GB = 2^30 bytes, latency in ns),
-``run_astrasim.sh`` with the exact command line, and ``NOTE.txt`` when something needs saying (a
-topology ASTRA-sim cannot describe, a collective without a custom slot). One size writes the set
-straight into the folder; several sizes write one subfolder per size (``1MiB/``, ``1GiB/``).
+``run_astrasim.sh`` (runs ASTRA-sim and checks every rank's finish against the ``astra`` model) and
+``NOTE.txt``. One size writes the set straight into the folder; several sizes write one subfolder per
+size (``1MiB/``, ``1GiB/``), each with its own ``run_astrasim.sh``, and a top ``run_astrasim.sh`` that
+runs them all. Sizes whose messages ASTRA-sim cannot run (under 1 ns on a link,
+:func:`synth.astra.smallest_message`) are refused before anything is written.
 
 Import reads a per-rank trace set back into a schedule. Traces synth wrote carry the transfer id,
 chunk, op, deps and path of every message as extra attributes, so they come back exactly. Traces from
@@ -22,7 +26,8 @@ first in first out, in the order ASTRA-sim would issue them (found by running th
 (through COMP nodes), and a recv followed by a COMP is a reduction. Routes are shortest paths through
 switches only, balanced among equal ones, or through npus when there is no other way (as ASTRA-sim's
 Ring forwards). COMP durations and recv-side waits are kept in ``params["et"]`` so the ``astra`` model
-of the imported schedule reproduces the traces' timing.
+of the imported schedule reproduces the traces' timing. A sliced export of synth's comes back as one
+transfer per slice-0 message; synth's ordering nodes (attribute ``order_after``) carry dependencies only.
 """
 
 from __future__ import annotations
@@ -33,7 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synth.astra import AstraSystem, astra_network, astra_system, network_for, physical_network, simulate
+from synth.astra import (
+    ORDER_ATTR,
+    AstraSystem,
+    astra_network,
+    astra_system,
+    network_for,
+    physical_network,
+    simulate,
+)
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError, SynthError, VerificationError
 from synth.export import RouteBalancer, valid_path
@@ -43,7 +56,6 @@ from synth.export.et import (
     EtProgram,
     decode_et_file,
     encode_rank,
-    schedule_to_et,
     workload_bytes,
 )
 from synth.fileio import atomic_directory
@@ -75,6 +87,10 @@ class EtSet:
     counts: dict[str, int]
     predicted_ns: int | None
     dropped_deps: int
+    #: predicted ``sys[i] finished`` of every rank (None when ASTRA-sim cannot describe the topology)
+    predicted_finish_ns: list[int] | None = None
+    #: ordering COMP nodes among the COMP nodes (see :func:`synth.astra.sequence_sends`)
+    order_nodes: int = 0
 
 
 @dataclass
@@ -87,13 +103,17 @@ class ChakraExport:
     network: str | None
     warnings: list[str] = field(default_factory=list)
     command: str = ""
+    slices: int = 1
+    window: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {"folder": str(self.folder), "name": self.name, "network": self.network, "warnings": self.warnings,
-                "command": self.command,
+                "command": self.command, "slices": self.slices, "window": self.window,
                 "sets": [{"size": s.size, "folder": s.folder, "prefix": s.prefix, "nodes": s.counts,
-                          "predicted_ns": s.predicted_ns, "dropped_deps": s.dropped_deps} for s in self.sets]}
+                          "order_nodes": s.order_nodes, "predicted_ns": s.predicted_ns,
+                          "predicted_finish_ns": s.predicted_finish_ns, "dropped_deps": s.dropped_deps}
+                         for s in self.sets]}
 
 
 def default_name(schedule: Schedule) -> str:
@@ -110,8 +130,13 @@ def system_json(kind: Kind, prefix: str) -> str:
 
 
 def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], out_dir: str | Path,
-                  comp_duration_us: int | None = None, name: str | None = None, tag_base: int = 0) -> ChakraExport:
+                  comp_duration_us: int | None = None, name: str | None = None, tag_base: int = 0,
+                  slices: int = 1, window: int | None = None) -> ChakraExport:
     """Write the ASTRA-sim run folder for ``schedule`` at every size (see the module docstring).
+
+    ``slices`` and ``window`` lower an execution plan's slicing (:func:`synth.export.et.schedule_to_et`);
+    the defaults write one message per transfer. Sizes whose messages ASTRA-sim cannot run are refused
+    (LimitError, nothing written).
 
     Examples
     --------
@@ -124,6 +149,8 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
     ...     sorted(p.name for p in Path(folder).iterdir())[:3]
     ['NOTE.txt', 'network.yml', 'remote_memory.json']
     """
+    from synth.astra import lower
+
     sizes = list(dict.fromkeys(sizes))
     if not sizes:
         raise InputError("", "--size", "give at least one message size")
@@ -134,6 +161,8 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
     if not name or any(not (ch.isalnum() or ch in "-_.") for ch in name) or name == WORKLOAD_PREFIX:
         raise InputError("", "--name", f"expected letters, digits, '-', '_' or '.' (and not {WORKLOAD_PREFIX!r}), "
                          f"got {name!r}")
+    if window is not None and window >= slices:
+        window = None  # every slice of a transfer is in flight at once anyway
     kind = schedule.kind
     system, reason = astra_system(topology)
     warnings: list[str] = []
@@ -153,40 +182,65 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
                      "all-reduce slot (the workload calls ALL_REDUCE), which only sets their timing.")
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
+    lowered = [lower(schedule, topology, size, comp_duration_us, tag_base, True, slices, window) for size in sizes]
     sets: list[EtSet] = []
     several = len(sizes) > 1
     out = Path(out_dir)
     with atomic_directory(out) as temp:
-        for size in sizes:
+        for size, low in zip(sizes, lowered, strict=True):
             sub = format_size(size) if several else ""
             folder = temp / sub if sub else temp
             folder.mkdir(exist_ok=True)
-            program = schedule_to_et(schedule, size, comp_duration_us, tag_base)
+            program = low.program
             for rank in range(program.num_ranks):
                 (folder / f"{name}.{rank}.et").write_bytes(encode_rank(program, rank))
                 (folder / f"{WORKLOAD_PREFIX}.{rank}.et").write_bytes(
                     workload_bytes(kind, size, rank, dims, comm_type))
             (folder / "system.json").write_text(system_json(kind, name), encoding="utf-8")
-            predicted = None
-            if system is not None:
-                predicted = simulate(program, astra_network(system)).time_ns
+            finish = [int(t) for t in low.result.finish_ns if t is not None] if system is not None else None
+            if finish is not None and len(finish) != program.num_ranks:
+                raise SynthError("the traces deadlock: " + "; ".join(low.result.unmatched[:5]))
             if program.dropped_deps:
                 warnings.append(f"{format_size(size)}: {program.dropped_deps} dependencies between ranks that share "
                                 "no end of the transfer cannot be expressed in per-rank traces and were left out")
-            sets.append(EtSet(size, sub or ".", name, program.counts(), predicted, program.dropped_deps))
+            sets.append(EtSet(size, sub or ".", name, program.counts(), max(finish) if finish else None,
+                              program.dropped_deps, finish, program.order_nodes))
         (temp / "remote_memory.json").write_text(json.dumps(REMOTE_MEMORY) + "\n", encoding="utf-8")
         if system is not None:
             (temp / "network.yml").write_text(system.yaml(), encoding="utf-8")
         script, command = run_script(sets, system, several)
         (temp / "run_astrasim.sh").write_text(script, encoding="utf-8")
         (temp / "run_astrasim.sh").chmod(0o755)
-        text = note_text(schedule, topology, system, warnings + notes, sets)
+        if several:  # each size's folder runs on its own too
+            for item in sets:
+                own, _ = run_script([item], system, several=False, up="../")
+                (temp / item.folder / "run_astrasim.sh").write_text(own, encoding="utf-8")
+                (temp / item.folder / "run_astrasim.sh").chmod(0o755)
+        text = note_text(schedule, topology, system, warnings + notes, sets, slices, window)
         (temp / "NOTE.txt").write_text(text, encoding="utf-8")
-    return ChakraExport(out, name, sets, system.yaml() if system else None, warnings + notes, command)
+    return ChakraExport(out, name, sets, system.yaml() if system else None, warnings + notes, command, slices, window)
 
 
-def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool) -> tuple[str, str]:
-    """``run_astrasim.sh`` and the command line it runs (for the first set)."""
+RUN_FUNCTION = r"""run() {  # folder, size, predicted finish per rank, where the shared configs are
+  local out got
+  out=$(cd "$1" && "$BIN" --workload-configuration=WORKLOAD --system-configuration=system.json \
+        --network-configuration="$4NETWORK" --remote-memory-configuration="$4remote_memory.json" 2>&1) || true
+  printf '%s\n' "$out" | grep -E 'finished,|rror|ssert' || true
+  [ -n "$3" ] || return 0
+  got=$(printf '%s\n' "$out" | sed -n 's/.*sys\[\([0-9]*\)\] finished, \([0-9]*\) cycles.*/\1 \2/p' \
+        | sort -n | cut -d' ' -f2 | tr '\n' ' ')
+  if [ "$got" = "$3 " ]; then echo "$2: every rank finished when synth predicted"
+  else echo "$2: ASTRA-sim reported [${got% }], synth predicted [$3]"; status=1; fi
+}"""
+
+
+def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up: str = "") -> tuple[str, str]:
+    """``run_astrasim.sh`` and the command line it runs (for the first set).
+
+    The script runs every set, prints ASTRA-sim's ``sys[i] finished`` lines and says whether every rank
+    finished when synth's ``astra`` model predicts; it exits 1 when one did not. ``up`` prefixes the
+    shared configuration files (``../`` for a size's own script inside a folder of several sizes).
+    """
     binary = BINARY_UNAWARE if system is not None and not system.congestion_aware else BINARY_AWARE
     network = "network.yml" if system is not None else "YOUR_NETWORK.yml"
     lines = [
@@ -194,34 +248,43 @@ def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool) -> 
         "# Run the exported schedule in ASTRA-sim 2.x's analytical backend.",
         "# ASTRA_SIM: the simulator binary (built by astra-sim's build/astra_analytical/build.sh as",
         f"#   build/astra_analytical/build/bin/{binary}); default: {binary} on PATH.",
-        "# Every rank prints 'sys[i] finished, T cycles' (1 cycle = 1 ns).",
+        "# Every rank prints 'sys[i] finished, T cycles' (1 cycle = 1 ns); this script compares them with",
+        "# synth's prediction and exits 1 when they differ.",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
         f'BIN="${{ASTRA_SIM:-{binary}}}"',
+        "status=0",
+        RUN_FUNCTION.replace("WORKLOAD", WORKLOAD_PREFIX).replace("NETWORK", network),
     ]
     if system is None:
         lines.append("# ASTRA-sim cannot describe this topology (see NOTE.txt): write YOUR_NETWORK.yml first.")
     first = ""
     for item in sets:
-        up = "../" if several else ""
-        command = (f'"$BIN" --workload-configuration={WORKLOAD_PREFIX} --system-configuration=system.json '
-                   f"--network-configuration={up}{network} --remote-memory-configuration={up}remote_memory.json")
-        if item.predicted_ns is not None:
-            lines.append(f"echo 'synth predicts ({format_size(item.size)}): every rank finishes by "
-                         f"{item.predicted_ns} cycles'")
-        lines.append(f"(cd {item.folder} && {command})" if several else command)
-        first = first or command.replace('"$BIN"', binary)
+        prefix = "../" if several else up
+        predicted = " ".join(str(t) for t in item.predicted_finish_ns) if item.predicted_finish_ns else ""
+        lines.append(f'run {item.folder if several else "."} {format_size(item.size)} "{predicted}" "{prefix}"')
+        command = (f"{binary} --workload-configuration={WORKLOAD_PREFIX} --system-configuration=system.json "
+                   f"--network-configuration={prefix}{network} --remote-memory-configuration={prefix}remote_memory.json")
+        first = first or command
+    lines.append("exit $status")
     return "\n".join(lines) + "\n", first
 
 
 def note_text(schedule: Schedule, topology: Topology, system: AstraSystem | None, messages: list[str],
-              sets: list[EtSet]) -> str:
+              sets: list[EtSet], slices: int = 1, window: int | None = None) -> str:
     """NOTE.txt: what was exported and anything the user must know before running it."""
     lines = [f"{schedule.algorithm} {schedule.kind} on {topology.name} ({topology.num_ranks} ranks, "
-             f"{schedule.chunks} chunks, {len(schedule.transfers)} transfers), exported by synth.", ""]
+             f"{schedule.chunks} chunks, {len(schedule.transfers)} transfers), exported by synth."]
+    if slices > 1:
+        lines.append(f"Each transfer is {slices} messages (slices)"
+                     + (f", at most {window} in flight" if window is not None else "") + ".")
+    lines.append("")
     for item in sets:
         predicted = f"; synth's astra model predicts {item.predicted_ns} ns" if item.predicted_ns is not None else ""
         lines.append(f"{format_size(item.size)}: {item.folder}/{item.prefix}.<rank>.et{predicted}")
+        if item.order_nodes:
+            lines.append(f"  {item.order_nodes} ordering nodes (COMP, 0 us, named order_after_*) fix the order of "
+                         "sends that share a link")
     if system is not None:
         lines += ["", "network.yml:", system.yaml().rstrip()]
     if messages:
@@ -329,6 +392,8 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
     for rank, nodes in enumerate(program.nodes):
         for node in nodes:
             tid = node.extras.get("transfer")
+            if node.extras.get("slice", 0) != 0:
+                continue  # slices 1.. of a sliced export repeat slice 0's transfer
             if node.type == NodeType.COMP_NODE and isinstance(tid, int):
                 comp_by_tid[tid] = node.duration_us
             if not isinstance(tid, int) or node.type not in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
@@ -402,8 +467,8 @@ def _local_ops(program: EtProgram, metadata: dict[str, Any], source: str) \
     found: dict[int, tuple[int, int, Any, list[Any], list[int | None]]] = {}
     items: list[tuple[int, dict[str, Any], str]] = []
     for rank, nodes in enumerate(program.nodes):
-        items.extend((rank, node.extras, REDUCE) for node in nodes
-                     if node.type == NodeType.COMP_NODE and node.extras.get("local"))
+        items.extend((rank, node.extras, node.extras.get("op", REDUCE)) for node in nodes  # slice 0 of a sliced set
+                     if node.type == NodeType.COMP_NODE and node.extras.get("local") and not node.extras.get("slice"))
     try:
         copies = json.loads(metadata.get("local_copies", "[]"))
     except (TypeError, ValueError):
@@ -466,11 +531,12 @@ def _import_foreign(program: EtProgram, metadata: dict[str, Any], kind: Kind, to
             for dep in node.deps:
                 children[rank].setdefault(dep, []).append(node.id)
 
-    # COMP nodes after a recv: the recv's transfer is a reduction with that duration
+    # COMP nodes after a recv: the recv's transfer is a reduction with that duration (synth's ordering
+    # nodes, marked with the attribute ORDER_ATTR, only carry dependencies)
     comp_of: dict[int, int] = {}
     for rank in range(n):
         for node in program.nodes[rank]:
-            if node.type != NodeType.COMP_NODE:
+            if node.type != NodeType.COMP_NODE or ORDER_ATTR in node.extras:
                 continue
             for dep in node.deps:
                 tid = recv_tid.get((rank, dep))
@@ -499,7 +565,7 @@ def _import_foreign(program: EtProgram, metadata: dict[str, Any], kind: Kind, to
                     found.append(tid)
             else:
                 owners = [recv_tid[(rank, d)] for d in node.deps if (rank, d) in recv_tid]
-                if node.type == NodeType.COMP_NODE and owners:
+                if node.type == NodeType.COMP_NODE and owners and ORDER_ATTR not in node.extras:
                     found.extend(owners)
                 else:
                     stack.extend(node.deps)
@@ -518,7 +584,7 @@ def _import_foreign(program: EtProgram, metadata: dict[str, Any], kind: Kind, to
     for tid, (_, _, dst, recv_id) in enumerate(ends):
         for dep in by_id[dst][recv_id].deps:
             parent = by_id[dst][dep]
-            if parent.type == NodeType.COMP_NODE:
+            if parent.type == NodeType.COMP_NODE and ORDER_ATTR not in parent.extras:
                 for owner in parent.deps:
                     if (dst, owner) in recv_tid:
                         groups.union(tid, recv_tid[(dst, owner)])

@@ -33,6 +33,16 @@ A dependency ``t`` -> ``u`` of the schedule becomes an ET dependency on the rank
 
 A rank with nothing to do gets one zero-duration COMP node (ASTRA-sim exits on an empty trace).
 
+Slices (an execution plan's, ``slices=S``, ``window=W``): every transfer becomes ``S`` sends and recvs
+(and COMP nodes) of :func:`slice_sizes` bytes, the chunk's bytes spread as evenly as integers allow (the
+first ``bytes % S`` slices one byte more), with tag ``tag_base + t * S + j``; slice ``j`` of a transfer
+depends on slice ``j`` of the nodes above, and with a window its send also waits for the send (that is,
+the delivery) of slice ``j - W`` of the same transfer. ``S = 1`` is the plain form above.
+
+What this module builds is not yet what ``export chakra`` writes: :func:`synth.astra.sequence_sends`
+then adds *ordering nodes* where ASTRA-sim's order of issuing simultaneously ready nodes would decide the
+outcome (see :func:`synth.astra.lower`, which does both).
+
 Schedule parameters read here (all optional, under ``schedule.params["et"]``; the Chakra importer
 writes them so an imported trace converts back to the same nodes):
 
@@ -99,6 +109,7 @@ class EtNode:
     tag: int = 0
     duration_us: int = 0
     transfer: int | None = None
+    slice: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,6 +123,8 @@ class EtProgram:
     dropped_deps: int = 0
     #: transfer id -> path, for simulating on the physical links of a topology
     paths: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    #: ordering COMP nodes appended by :func:`synth.astra.sequence_sends`
+    order_nodes: int = 0
 
     def counts(self) -> dict[str, int]:
         """Node counts by type over all ranks."""
@@ -162,21 +175,45 @@ def et_params(schedule: Schedule) -> tuple[int, dict[int, int], dict[int, list[i
     return comp_us, by_transfer, recv_after
 
 
+def slice_sizes(message: int, slices: int) -> list[int]:
+    """Bytes of each of ``slices`` slices of a ``message``-byte chunk: ``message // slices`` each, and the
+    first ``message % slices`` slices one byte more (so they add up to the message).
+
+    Examples
+    --------
+    >>> slice_sizes(10, 4)
+    [3, 3, 2, 2]
+    """
+    if slices < 1:
+        raise InputError("", "slices", f"expected at least 1 slice per chunk, got {slices}")
+    if message < slices:
+        raise InputError("", "slices", f"{slices} slices of a {message}-byte chunk would leave slices without "
+                         "bytes; use fewer slices or a larger size")
+    base, extra = divmod(message, slices)
+    return [base + 1 if j < extra else base for j in range(slices)]
+
+
 def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None = None, tag_base: int = 0,
-                   extras: bool = True) -> EtProgram:
+                   extras: bool = True, slices: int = 1, window: int | None = None) -> EtProgram:
     """The per-rank traces ASTRA-sim runs for ``schedule`` at ``size`` bytes (see the module docstring).
 
     Parameters
     ----------
     schedule : Schedule
     size : int
-        Message size in bytes as nccl-tests counts it; each message is ``size / chunks`` (rounded up).
+        Message size in bytes as nccl-tests counts it; each chunk is ``size / chunks`` bytes (rounded up).
     comp_duration_us : int, optional
         Duration of every reduction COMP node, overriding the schedule's ``params["et"]``.
     tag_base : int
-        First tag; transfer ``t`` uses ``tag_base + t``.
+        First tag; slice ``j`` of transfer ``t`` uses ``tag_base + t * slices + j``.
     extras : bool
-        Write synth's extra attributes (chunk, transfer, op, deps, path) on comm nodes.
+        Write synth's extra attributes (chunk, transfer, op, deps, path, slice) on comm nodes.
+    slices : int
+        Messages per transfer (an execution plan's slices): slice ``j`` carries :func:`slice_sizes` bytes
+        and depends on slice ``j`` of the transfer's dependencies.
+    window : int, optional
+        Slices in flight per transfer: slice ``j``'s send also waits for the send (the delivery) of slice
+        ``j - window``. None: no limit.
 
     Examples
     --------
@@ -185,56 +222,80 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     >>> program = schedule_to_et(synthesize(load_topology("switch:n=4"), "allreduce", "ring"), 2**20)
     >>> program.counts()
     {'COMM_RECV_NODE': 24, 'COMM_SEND_NODE': 24, 'COMP_NODE': 12}
+    >>> schedule_to_et(synthesize(load_topology("switch:n=4"), "allreduce", "ring"), 2**20, slices=4).counts()
+    {'COMM_RECV_NODE': 96, 'COMM_SEND_NODE': 96, 'COMP_NODE': 48}
     """
     transfers = schedule.transfers
-    if tag_base < 0 or tag_base + len(transfers) > MAX_TAG:
-        raise LimitError(f"tags {tag_base}..{tag_base + len(transfers) - 1} exceed ASTRA-sim's tag limit of "
-                         f"{MAX_TAG} ({len(transfers)} transfers); use fewer chunks or a smaller tag base")
+    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+        raise InputError("", "slices", f"expected a whole number of slices >= 1, got {slices!r}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise InputError("", "window", f"expected a whole number of slices in flight >= 1, got {window!r}")
+    messages = len(transfers) * slices
+    if tag_base < 0 or tag_base + messages > MAX_TAG:
+        raise LimitError(f"tags {tag_base}..{tag_base + messages - 1} exceed ASTRA-sim's tag limit of "
+                         f"{MAX_TAG} ({len(transfers)} transfers x {slices} slices); use fewer chunks or slices, "
+                         "or a smaller tag base")
     default_us, comp_by_transfer, recv_after = et_params(schedule)
     if comp_duration_us is not None:
         if comp_duration_us < 0:
             raise InputError("", "--comp-duration-us", f"expected a duration >= 0, got {comp_duration_us}")
         default_us, comp_by_transfer = comp_duration_us, {}
     message = chunk_bytes(schedule, size)
+    sizes = slice_sizes(message, slices)
+    sliced = slices > 1
     n = schedule.collective.num_ranks
     nodes: list[list[EtNode]] = [[] for _ in range(n)]
-    send_node: list[EtNode | None] = []
-    recv_node: list[EtNode | None] = []
-    done_node: list[EtNode | None] = []
+    send_node: list[list[EtNode] | None] = []
+    recv_node: list[list[EtNode] | None] = []
+    done_node: list[list[EtNode] | None] = []
     nodeless = {t.id for t in transfers if t.src == t.dst and t.op != REDUCE and t.id not in comp_by_transfer}
 
     for t in transfers:
-        tag = tag_base + t.id
-        info = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if extras else {}
-        if t.src == t.dst:  # a local op: a COMP node for a reduction, nothing for a copy
-            local = None
-            if t.id not in nodeless:
-                local = EtNode(len(nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}", NodeType.COMP_NODE,
-                               duration_us=comp_by_transfer.get(t.id, default_us), transfer=t.id,
+        if t.id in nodeless:  # a local copy: no node (see the module docstring)
+            send_node.append(None)
+            recv_node.append(None)
+            done_node.append(None)
+            continue
+        sends, recvs, dones = [], [], []
+        for j, nbytes in enumerate(sizes):
+            tag = tag_base + t.id * slices + j
+            suffix = f"_s{j}" if sliced else ""
+            info: dict[str, Any] = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if extras else {}
+            if extras and sliced:
+                info["slice"] = j
+            if t.src == t.dst:  # a local reduction: one COMP node, no message
+                local = EtNode(len(nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE,
+                               duration_us=comp_by_transfer.get(t.id, default_us), transfer=t.id, slice=j,
                                extras={**info, "deps": list(t.deps), "local": True, **_scratch(t)} if extras else {})
                 nodes[t.src].append(local)
-            send_node.append(local)
-            recv_node.append(local)
-            done_node.append(local)
-            continue
-        send = EtNode(len(nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}", NodeType.COMM_SEND_NODE,
-                      peer=t.dst, size=message, tag=tag, transfer=t.id,
-                      extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if extras else {})
-        nodes[t.src].append(send)
-        recv = EtNode(len(nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}", NodeType.COMM_RECV_NODE,
-                      peer=t.src, size=message, tag=tag, transfer=t.id, extras=dict(info))
-        nodes[t.dst].append(recv)
-        done = recv
-        if t.op == REDUCE or t.id in comp_by_transfer:
-            duration = comp_by_transfer.get(t.id, default_us)
-            done = EtNode(len(nodes[t.dst]), f"reduce_t{t.id}_c{t.chunk}", NodeType.COMP_NODE, (recv.id,),
-                          duration_us=duration, transfer=t.id, extras={"transfer": t.id} if extras else {})
-            nodes[t.dst].append(done)
-        send_node.append(send)
-        recv_node.append(recv)
-        done_node.append(done)
+                sends.append(local)
+                recvs.append(local)
+                dones.append(local)
+                continue
+            send = EtNode(len(nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}{suffix}", NodeType.COMM_SEND_NODE,
+                          peer=t.dst, size=nbytes, tag=tag, transfer=t.id, slice=j,
+                          extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if extras else {})
+            nodes[t.src].append(send)
+            recv = EtNode(len(nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}{suffix}", NodeType.COMM_RECV_NODE,
+                          peer=t.src, size=nbytes, tag=tag, transfer=t.id, slice=j, extras=dict(info))
+            nodes[t.dst].append(recv)
+            done = recv
+            if t.op == REDUCE or t.id in comp_by_transfer:
+                duration = comp_by_transfer.get(t.id, default_us)
+                comp_extras: dict[str, Any] = {"transfer": t.id} if extras else {}
+                if extras and sliced:
+                    comp_extras["slice"] = j
+                done = EtNode(len(nodes[t.dst]), f"reduce_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE, (recv.id,),
+                              duration_us=duration, transfer=t.id, slice=j, extras=comp_extras)
+                nodes[t.dst].append(done)
+            sends.append(send)
+            recvs.append(recv)
+            dones.append(done)
+        send_node.append(sends)
+        recv_node.append(recvs)
+        done_node.append(dones)
 
-    def on_rank(dep: int, rank: int) -> EtNode | None:
+    def on_rank(dep: int, rank: int) -> list[EtNode] | None:
         d = transfers[dep]
         if d.dst == rank:
             return done_node[dep]
@@ -248,27 +309,30 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     for t in effective:
         if t.id in nodeless:
             continue
-        send_deps: set[int] = set()
+        send_deps: set[int] = set()  # transfer ids whose node on t.src precedes t's send (slice by slice)
         recv_deps: set[int] = set()
         for dep in t.deps:
-            if (node := on_rank(dep, t.src)) is not None:
-                send_deps.add(node.id)
-            elif (node := on_rank(dep, t.dst)) is not None:
-                recv_deps.add(node.id)
+            if on_rank(dep, t.src) is not None:
+                send_deps.add(dep)
+            elif on_rank(dep, t.dst) is not None:
+                recv_deps.add(dep)
             else:
                 found = near.deps_of(dep, t.src)
                 if found:
-                    send_deps.update(on_rank(a, t.src).id for a in found)  # type: ignore[union-attr]
+                    send_deps.update(found)
                 else:
                     dropped += 1
-        for dep in recv_after.get(t.id, ()):
-            if (node := on_rank(dep, t.dst)) is not None:
-                recv_deps.add(node.id)
-        if t.src == t.dst:
+        recv_deps |= {dep for dep in recv_after.get(t.id, ()) if on_rank(dep, t.dst) is not None}
+        if t.src == t.dst:  # a local reduction waits for everything on its rank
             send_deps |= recv_deps
-        send_node[t.id].deps = tuple(sorted(send_deps))  # type: ignore[union-attr]
-        if t.src != t.dst:
-            recv_node[t.id].deps = tuple(sorted(recv_deps))  # type: ignore[union-attr]
+        for j in range(slices):
+            ids = {on_rank(dep, t.src)[j].id for dep in send_deps}  # type: ignore[index]
+            if window is not None and j >= window and t.src != t.dst:
+                ids.add(send_node[t.id][j - window].id)  # type: ignore[index]
+            send_node[t.id][j].deps = tuple(sorted(ids))  # type: ignore[index]
+            if t.src != t.dst:
+                waits = {on_rank(dep, t.dst)[j].id for dep in recv_deps}  # type: ignore[index]
+                recv_node[t.id][j].deps = tuple(sorted(waits))  # type: ignore[index]
 
     for rank in range(n):
         if not nodes[rank]:
@@ -279,6 +343,10 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
         "num_ranks": n, "size": size, "message_bytes": message, "algorithm": schedule.algorithm,
         "topology": schedule.topology, "transfers": len(transfers), "tag_base": tag_base,
     }
+    if sliced:
+        metadata["slices"] = slices
+    if window is not None:
+        metadata["window"] = window
     if coll.root is not None:
         metadata["root"] = coll.root
     if extras:
