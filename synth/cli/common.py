@@ -24,14 +24,37 @@ JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON in
 TOPOLOGY_HELP = "A topology file (.json/.yaml) or library name such as dgx-a100:boxes=2 (see `synth topologies`)."
 
 
-def topology_argument(spec: str) -> Topology:
-    """Load the topology a user named on the command line."""
-    return load_topology(spec)
+def topology_argument(spec: str, what: str = "") -> Topology:
+    """Load the topology a user named on the command line; refuse one over the rank limit up front."""
+    from synth import limits
+
+    topology = load_topology(spec)
+    limits.check_ranks(topology.num_ranks, what or f"a topology of {topology.num_ranks} gpus",
+                       hint="use a smaller topology")
+    return topology
 
 
 def sizes_argument(values: list[str] | None, default: list[str]) -> list[int]:
     """Parse repeated ``--size`` options (with units)."""
     return [parse_size(v, "--size") for v in (values or default)]
+
+
+def check_chunks(chunks: int, option: str) -> None:
+    """Refuse a chunk count no schedule within the transfer limit could have (each chunk moves at least once)."""
+    from synth import limits
+
+    if chunks < 1:
+        raise InputError("", option, f"expected a positive number of chunks, got {chunks}")
+    limits.check_transfers(chunks, f"{chunks:,} chunks", hint="use fewer chunks")
+
+
+def output_file(path: str, option: str = "--output", inputs: list[str | None] | None = None,
+                suffixes: tuple[str, ...] | None = None) -> str:
+    """Check, before any work, that ``path`` can be written and is none of ``inputs`` (see synth.fileio)."""
+    from synth.fileio import check_output_file
+
+    check_output_file(path, option=option, inputs=[i for i in (inputs or []) if i], suffixes=suffixes)
+    return path
 
 
 def load_schedule(path: str) -> Schedule:
@@ -42,14 +65,78 @@ def load_schedule(path: str) -> Schedule:
 
 
 def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topology:
-    """The topology to judge a schedule on: ``--topology`` if given, else the library entry it names."""
+    """The topology to judge a schedule on, never a different one than it was made for.
+
+    ``--topology`` if given; else the topology file the schedule records (``topology_file``, relative to the
+    schedule's folder); else the library entry it names. When the schedule carries ``topology_sha256``, the
+    topology found must have that fingerprint, or the command stops with a message saying which differs.
+    """
+    from synth.library import library_topology
+    from synth.topology import fingerprint
+
+    expected = schedule.topology_sha256
+
+    def matching(topology: Topology, where: str) -> Topology:
+        if expected is not None and fingerprint(topology) != expected:
+            raise InputError(path, "topology_sha256", f"the schedule was made for a different topology than {where} "
+                             f"(fingerprint {fingerprint(topology)[:12]}, expected {expected[:12]}); pass the "
+                             "topology it was made for with --topology")
+        return topology
+
     if spec:
-        return load_topology(spec)
+        return matching(load_topology(spec), f"{spec!r}")
+    if schedule.topology_file is not None:
+        recorded = Path(schedule.topology_file)
+        candidate = recorded if recorded.is_absolute() else Path(path).parent / recorded
+        if candidate.is_file():
+            return matching(Topology.from_file(candidate), f"{str(candidate)!r} (its topology_file)")
+        if expected is None:
+            raise InputError(path, "topology_file", f"the schedule's topology file {str(candidate)!r} does not exist; "
+                             "pass --topology FILE")
     try:
-        return load_topology(schedule.topology)
+        topology = library_topology(schedule.topology)
     except InputError:
-        raise InputError(path, "topology", f"the schedule names topology {schedule.topology!r}, which is not in the "
-                         "library; pass --topology FILE") from None
+        missing = (f"its topology file {schedule.topology_file!r} is missing and " if schedule.topology_file else "")
+        raise InputError(path, "topology", f"{missing}the schedule names topology {schedule.topology!r}, which is not "
+                         "in the library; pass --topology FILE") from None
+    if expected is not None and fingerprint(topology) != expected:
+        missing = (f"its topology file {schedule.topology_file!r} is missing, and " if schedule.topology_file else "")
+        raise InputError(path, "topology", f"{missing}the library's {schedule.topology!r} is not the topology the "
+                         "schedule was made for (different fingerprint); pass --topology FILE")
+    return topology
+
+
+def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, output: str,
+                   inputs: list[str | None] | None = None) -> Schedule:
+    """Write ``schedule`` to ``output`` atomically, recording where its topology came from (the file,
+    relative to the output's folder, and the topology's fingerprint) so later commands find it again.
+
+    Refuses a file over the schedule file limit, which every loader of schedules applies: synth never
+    writes a schedule it would refuse to read.
+    """
+    import dataclasses
+    import os
+
+    from synth import limits
+    from synth.fileio import atomic_write_text
+    from synth.topology import fingerprint
+
+    source = None
+    if spec and Path(spec).is_file():
+        topology_path = Path(spec).resolve()
+        folder = Path(output).resolve().parent
+        try:
+            source = os.path.relpath(topology_path, folder)
+        except ValueError:
+            source = str(topology_path)
+        if len(source) > len(str(topology_path)):
+            source = str(topology_path)
+    schedule = dataclasses.replace(schedule, topology_file=source, topology_sha256=fingerprint(topology))
+    text = schedule.to_json()
+    limits.check("max_schedule_bytes", len(text.encode("utf-8")), f"the schedule file {output!r}",
+                 hint="it would be refused when read back; use fewer chunks or a smaller topology")
+    atomic_write_text(output, text, inputs=[i for i in (inputs or []) if i])
+    return schedule
 
 
 def verify_file(schedule: Schedule, topology: Topology, path: str) -> Any:
@@ -68,13 +155,30 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def shown(value: Any) -> str:
+    r"""User text (a node id, a file name, a topology name) made safe to print: rich markup escaped and
+    control characters shown repr-style, so a name can neither break the output nor forge a line.
+
+    Examples
+    --------
+    >>> shown("gpu[/bold]\nerror: x")
+    'gpu\\[/bold]\\nerror: x'
+    """
+    from rich.markup import escape
+
+    from synth.cli import one_line
+
+    return escape(one_line(str(value)))
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]], justify_right: set[int] | None = None) -> Table:
-    """A rich table with the given columns; numeric columns right-aligned."""
-    result = Table(title=title, show_lines=False, header_style="bold")
+    """A rich table with the given columns; numeric columns right-aligned. Titles and cells are printed as
+    plain text (see :func:`shown`)."""
+    result = Table(title=None if title is None else shown(title), show_lines=False, header_style="bold")
     for index, column in enumerate(columns):
         result.add_column(column, justify="right" if justify_right and index in justify_right else "left")
     for row in rows:
-        result.add_row(*[str(cell) for cell in row])
+        result.add_row(*[shown(cell) for cell in row])
     return result
 
 

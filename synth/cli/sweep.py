@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
-from collections.abc import Iterator
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -30,24 +26,6 @@ class _RateColumn(ProgressColumn):
         """The rate as ``12.3 pts/s``."""
         rate = task.fields.get("rate", 0.0)
         return Text(f"{rate:.1f} pts/s", style="cyan")
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the sweep runs, so a polite kill still flushes."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def sweep(
@@ -85,7 +63,7 @@ def sweep(
         bar.update(task_id, completed=counts.done, failed=counts.failed, rate=counts.rate)
 
     try:
-        with _sigterm_as_interrupt(), bar:
+        with bar:
             summary = run_sweep(sweep_spec, output, scheduler=scheduler, workers=workers,
                                 flush_seconds=flush_seconds, flush_points=flush_points, retry_errors=retry_errors,
                                 progress=on_point, on_start=on_start)
