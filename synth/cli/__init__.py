@@ -61,6 +61,7 @@ def main() -> None:
     Ctrl-C and SIGTERM take the same path (exit code 130, no partial output); a second signal while
     cleaning up is ignored. Standard streams that are closed, narrow or broken never cause a traceback.
     """
+    from synth.cli.common import one_line
     from synth.errors import SynthError
 
     _prepare_streams()
@@ -103,22 +104,6 @@ def main() -> None:
         raise
     finally:
         restore()
-
-
-def one_line(text: str) -> str:
-    """``text`` with every character that could break a line or fool a terminal escaped, repr-style.
-
-    A file can then never forge a second ``error:`` line or hide text: newlines, carriage returns, escape
-    sequences, other control and format characters and lone surrogates are shown as ``\\n``, ``\\x1b``...
-
-    Examples
-    --------
-    >>> print(one_line("node 'a\\nerror: forged'"))
-    node 'a\\nerror: forged'
-    """
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _fail(message: str, code: int) -> None:

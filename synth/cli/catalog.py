@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,10 +18,11 @@ from synth.cli.common import (
     note,
     print_json,
     progress_bar,
+    shown,
     table,
 )
 from synth.collectives import parse_kind
-from synth.errors import SynthError
+from synth.errors import InputError, SynthError
 
 
 def register(app: typer.Typer) -> None:
@@ -50,12 +53,18 @@ def catalog(
             print_json({"ok": not problems, "problems": problems})
         else:
             for problem in problems:
-                console.print(f"[red]problem[/red] {problem}")
-            console.print(f"{out}: " + ("every schedule verifies and matches its figures" if not problems
+                console.print(f"[red]problem[/red] {shown(problem)}")
+            console.print(f"{shown(out)}: " + ("every schedule verifies and matches its figures" if not problems
                                         else f"{len(problems)} problem(s)"))
         if problems:
             raise typer.Exit(1)
         return
+    from synth.fileio import check_output_folder
+
+    if not Path(out).is_dir():
+        check_output_folder(out, option="--out", kind="schedule catalog")
+    elif not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(out, "--out", "cannot write in this folder: permission denied")
     kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
     specs = list(topology) if topology else default_specs()
     if not specs:
@@ -75,4 +84,4 @@ def catalog(
             for e in entries]
     console.print(table(f"catalog in {out}/ (1GiB, flow model)", ["topology", "collective", "algorithm",
                                                                   "algbw GB/s", "% of bound", "file"], rows, {3, 4}))
-    note(f"wrote {sum(1 for e in entries if e.file)} schedules, {out}/README.md and {out}/index.json")
+    note(f"wrote {sum(1 for e in entries if e.file)} schedules, {shown(out)}/README.md and {shown(out)}/index.json")

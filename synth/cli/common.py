@@ -64,6 +64,21 @@ def load_schedule(path: str) -> Schedule:
     return Schedule.from_file(path)
 
 
+def check_made_for(schedule: Schedule, topology: Topology, path: str, where: str) -> Topology:
+    """``topology`` if the schedule was made for it (same fingerprint, when the schedule records one);
+    otherwise refuse, naming where the topology came from."""
+    from synth.topology import fingerprint
+
+    expected = schedule.topology_sha256
+    if expected is not None:
+        found = fingerprint(topology)
+        if found != expected:
+            raise InputError(path, "topology_sha256", f"the schedule was made for a different topology than {where} "
+                             f"(fingerprint {found[:12]}, expected {expected[:12]}); pass the topology it was made "
+                             "for with --topology")
+    return topology
+
+
 def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topology:
     """The topology to judge a schedule on, never a different one than it was made for.
 
@@ -74,36 +89,35 @@ def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topolo
     from synth.library import library_topology
     from synth.topology import fingerprint
 
-    expected = schedule.topology_sha256
-
-    def matching(topology: Topology, where: str) -> Topology:
-        if expected is not None and fingerprint(topology) != expected:
-            raise InputError(path, "topology_sha256", f"the schedule was made for a different topology than {where} "
-                             f"(fingerprint {fingerprint(topology)[:12]}, expected {expected[:12]}); pass the "
-                             "topology it was made for with --topology")
-        return topology
-
     if spec:
-        return matching(load_topology(spec), f"{spec!r}")
+        return check_made_for(schedule, load_topology(spec), path, repr(spec))
+    expected = schedule.topology_sha256
     if schedule.topology_file is not None:
         recorded = Path(schedule.topology_file)
         candidate = recorded if recorded.is_absolute() else Path(path).parent / recorded
-        if candidate.is_file():
-            return matching(Topology.from_file(candidate), f"{str(candidate)!r} (its topology_file)")
+        if _is_file(candidate):
+            return check_made_for(schedule, Topology.from_file(candidate), path,
+                                  f"its topology file {str(candidate)!r}")
         if expected is None:
             raise InputError(path, "topology_file", f"the schedule's topology file {str(candidate)!r} does not exist; "
                              "pass --topology FILE")
+    missing = f"its topology file {schedule.topology_file!r} is missing and " if schedule.topology_file else ""
     try:
         topology = library_topology(schedule.topology)
     except InputError:
-        missing = (f"its topology file {schedule.topology_file!r} is missing and " if schedule.topology_file else "")
         raise InputError(path, "topology", f"{missing}the schedule names topology {schedule.topology!r}, which is not "
                          "in the library; pass --topology FILE") from None
     if expected is not None and fingerprint(topology) != expected:
-        missing = (f"its topology file {schedule.topology_file!r} is missing, and " if schedule.topology_file else "")
         raise InputError(path, "topology", f"{missing}the library's {schedule.topology!r} is not the topology the "
-                         "schedule was made for (different fingerprint); pass --topology FILE")
+                         "schedule was made for (a different fingerprint); pass --topology FILE")
     return topology
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, output: str,
@@ -122,7 +136,7 @@ def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, out
     from synth.topology import fingerprint
 
     source = None
-    if spec and Path(spec).is_file():
+    if spec and _is_file(Path(spec)):
         topology_path = Path(spec).resolve()
         folder = Path(output).resolve().parent
         try:
@@ -155,6 +169,22 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that could break a line or fool a terminal escaped, repr-style.
+
+    A file can then never forge a second ``error:`` line or hide text: newlines, carriage returns, escape
+    sequences, other control and format characters and lone surrogates are shown as ``\\n``, ``\\x1b``...
+
+    Examples
+    --------
+    >>> print(one_line("node 'a\\nerror: forged'"))
+    node 'a\\nerror: forged'
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def shown(value: Any) -> str:
     r"""User text (a node id, a file name, a topology name) made safe to print: rich markup escaped and
     control characters shown repr-style, so a name can neither break the output nor forge a line.
@@ -165,8 +195,6 @@ def shown(value: Any) -> str:
     'gpu\\[/bold]\\nerror: x'
     """
     from rich.markup import escape
-
-    from synth.cli import one_line
 
     return escape(one_line(str(value)))
 
