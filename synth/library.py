@@ -144,12 +144,9 @@ def _parse_scalar(text: str) -> Any:
         raise InputError("", "topology", f"the value {text[:20]}... has more than 30 digits")
     for cast in (int, float):
         try:
-            value = cast(text)
+            return cast(text)  # non-finite floats are refused by the builders, naming the parameter
         except ValueError:
             continue
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError("", "topology", f"expected a finite number, got {text!r}")
-        return value
     return text
 
 

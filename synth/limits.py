@@ -152,6 +152,25 @@ def check_ranks(num_ranks: int, what: str, hint: str = "") -> None:
     check("max_ranks", num_ranks, what, hint)
 
 
+def graph_work(num_ranks: int, num_links: int) -> int:
+    """The work estimate of the exact bounds and the tree packing on a topology: one max-flow per gpu on a
+    graph of ``num_links`` directed links, times log2 of the gpu count for the search over rates.
+
+    Examples
+    --------
+    >>> graph_work(16, 64)
+    4096
+    """
+    return max(1, num_ranks) * max(1, num_links) * max(1, math.ceil(math.log2(max(2, num_ranks))))
+
+
+def check_graph_work(num_ranks: int, num_links: int, what: str,
+                     hint: str = "use a smaller topology, or --no-cut / another command") -> None:
+    """Refuse an exact bound (or tree packing) whose :func:`graph_work` is over ``max_graph_work``."""
+    check("max_graph_work", graph_work(num_ranks, num_links),
+          f"{what} on {num_ranks:,} gpus and {num_links:,} directed links (gpus x links x log2 gpus)", hint)
+
+
 def solver_time_limit(requested: float | None = None) -> float:
     """Wall-clock seconds a solver may run: ``requested`` if given (and positive), else the default limit.
 

@@ -513,9 +513,12 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
         topology = _build_topology(point.topology, json.dumps(point.params, sort_keys=True, default=list))
     except Exception as error:  # a bad parameter value fails this point only
         return failed_rows(point, sizes, ERROR, f"building the topology: {_error_text(error)}")
+    from synth import limits
+
     try:
+        limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), "the bound")
         bound = _bound(topology, point.collective)
-    except Exception:  # a bound is optional information; its absence is not the point's failure
+    except Exception:  # a bound is optional information (and skipped when over its limit)
         bound = None
     started = time.perf_counter()
     try:

@@ -316,6 +316,9 @@ class Topology:
             )
             if math.prod(d.size for d in dims) != len(gpus):
                 raise InputError(source, "dimensions", f"product of sizes must equal the gpu count {len(gpus)}")
+            problem = _dimension_mismatch(graph, gpus, dims)
+            if problem:
+                raise InputError(source, "dimensions", f"the links do not match the declared dimensions: {problem}")
         return cls(
             name=model.name,
             graph=nx.freeze(graph),
@@ -443,6 +446,85 @@ class Topology:
     def __repr__(self) -> str:
         return (f"Topology({self.name!r}, gpus={self.num_ranks}, switches={len(self.switches)}, "
                 f"links={self.graph.number_of_edges()})")
+
+
+def _dimension_mismatch(graph: nx.DiGraph, gpus: list[str], dims: tuple[Dimension, ...]) -> str:
+    """Why the links are not exactly the product the dimensions declare ("" when they are).
+
+    Rank = x0 + n0*(x1 + ...). A Ring dimension links each gpu to its neighbours in its group (one link
+    when the size is 2), a FullyConnected one every pair of its group, both ways, at the dimension's
+    bandwidth and latency; a Switch dimension has one switch per group linked both ways to every member
+    and to nothing else. Nothing else may be linked: ASTRA-sim exports describe the system by its
+    dimensions alone, so a file whose dimensions disagree with its links would be simulated wrongly.
+    """
+    rank = {gpu: index for index, gpu in enumerate(gpus)}
+    strides = [math.prod(d.size for d in dims[:index]) for index in range(len(dims))]
+
+    def close(a: float, b: float) -> bool:
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+    expected: dict[tuple[int, int], tuple[int, Dimension]] = {}
+    for index, dim in enumerate(dims):
+        if dim.kind == "Switch":
+            continue
+        stride, p = strides[index], dim.size
+        for r in range(len(gpus)):
+            x = (r // stride) % p
+            base = r - x * stride
+            partners = [(x + 1) % p, (x - 1) % p] if dim.kind == "Ring" else range(p)
+            for y in partners:
+                if y != x:
+                    expected[(r, base + y * stride)] = (index, dim)
+    seen_pairs = 0
+    for u, v, data in graph.edges(data=True):
+        if u in rank and v in rank:
+            key = (rank[u], rank[v])
+            if key not in expected:
+                return f"link {u!r} -> {v!r} belongs to no dimension"
+            index, dim = expected[key]
+            if not close(data["bandwidth"], dim.bandwidth) or not close(data["latency"], dim.latency):
+                return (f"link {u!r} -> {v!r} has {data['bandwidth']:g} GB/s and {data['latency']:g} µs, but dimension "
+                        f"{index} ({dim.kind}) declares {dim.bandwidth:g} GB/s and {dim.latency:g} µs")
+            seen_pairs += 1
+    if seen_pairs != len(expected):
+        missing = next((key for key in expected if not graph.has_edge(gpus[key[0]], gpus[key[1]])), None)
+        if missing is not None:
+            index, dim = expected[missing]
+            return f"dimension {index} ({dim.kind}) needs a link {gpus[missing[0]]!r} -> {gpus[missing[1]]!r}"
+    switch_dims = [index for index, dim in enumerate(dims) if dim.kind == "Switch"]
+    covered: set[tuple[int, int]] = set()
+    for node, kind in graph.nodes(data="type"):
+        if kind != SWITCH:
+            continue
+        outs = set(graph.successors(node))
+        ins = set(graph.predecessors(node))
+        if outs != ins or not outs or any(m not in rank for m in outs):
+            return f"switch {node!r} is not linked both ways to gpus only, so no Switch dimension describes it"
+        members = sorted(rank[m] for m in outs)
+        match = None
+        for index in switch_dims:
+            stride, p = strides[index], dims[index].size
+            base = members[0] - ((members[0] // stride) % p) * stride
+            if members == [base + y * stride for y in range(p)]:
+                match = index
+                group = (index, base)
+                break
+        if match is None:
+            return f"switch {node!r} joins gpus that are not one group of a Switch dimension"
+        dim = dims[match]
+        for member in outs:
+            for a, b in ((member, node), (node, member)):
+                data = graph.edges[a, b]
+                if not close(data["bandwidth"], dim.bandwidth) or not close(data["latency"], dim.latency):
+                    return (f"link {a!r} -> {b!r} has {data['bandwidth']:g} GB/s and {data['latency']:g} µs, but "
+                            f"dimension {match} (Switch) declares {dim.bandwidth:g} GB/s and {dim.latency:g} µs")
+        if group in covered:
+            return f"switch {node!r} duplicates another switch of dimension {match}"
+        covered.add(group)
+    wanted = sum(len(gpus) // dims[index].size for index in switch_dims)
+    if len(covered) != wanted:
+        return f"the Switch dimensions need {wanted} switches, one per group; {len(covered)} found"
+    return ""
 
 
 def fingerprint(topology: Topology) -> str:

@@ -24,14 +24,28 @@ JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON in
 TOPOLOGY_HELP = "A topology file (.json/.yaml) or library name such as dgx-a100:boxes=2 (see `synth topologies`)."
 
 
+def any_topology(spec: str) -> Topology:
+    """A topology file, library spec, shipped name or ASTRA-sim network YAML."""
+    from synth.astra import is_network_yaml, load_network_yaml
+
+    return load_network_yaml(spec)[0] if is_network_yaml(spec) else load_topology(spec)
+
+
 def topology_argument(spec: str, what: str = "") -> Topology:
     """Load the topology a user named on the command line; refuse one over the rank limit up front."""
     from synth import limits
 
-    topology = load_topology(spec)
+    topology = any_topology(spec)
     limits.check_ranks(topology.num_ranks, what or f"a topology of {topology.num_ranks} gpus",
                        hint="use a smaller topology")
     return topology
+
+
+def check_bound_work(topology: Topology, what: str, hint: str = "use a smaller topology") -> None:
+    """Refuse, before starting, exact bound or tree-packing work over the ``max_graph_work`` limit."""
+    from synth import limits
+
+    limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), what, hint)
 
 
 def sizes_argument(values: list[str] | None, default: list[str]) -> list[int]:
@@ -90,13 +104,13 @@ def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topolo
     from synth.topology import fingerprint
 
     if spec:
-        return check_made_for(schedule, load_topology(spec), path, repr(spec))
+        return check_made_for(schedule, any_topology(spec), path, repr(spec))
     expected = schedule.topology_sha256
     if schedule.topology_file is not None:
         recorded = Path(schedule.topology_file)
         candidate = recorded if recorded.is_absolute() else Path(path).parent / recorded
         if _is_file(candidate):
-            return check_made_for(schedule, Topology.from_file(candidate), path,
+            return check_made_for(schedule, any_topology(str(candidate)), path,
                                   f"its topology file {str(candidate)!r}")
         if expected is None:
             raise InputError(path, "topology_file", f"the schedule's topology file {str(candidate)!r} does not exist; "

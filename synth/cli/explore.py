@@ -18,6 +18,7 @@ from synth.cli.common import (
     VERBOSE_OPTION,
     VERBOSITY,
     WINDOW_OPTION,
+    check_bound_work,
     check_made_for,
     command_verbosity,
     console,
@@ -26,8 +27,8 @@ from synth.cli.common import (
     fmt_time,
     load_schedule,
     note,
-    plan_options,
     output_file,
+    plan_options,
     print_json,
     progress_bar,
     schedule_topology,
@@ -89,6 +90,7 @@ def compare(
     command_verbosity(quiet, verbose)
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
+    check_bound_work(topo, "compare (the bounds and the tree packing)")
     kinds = [parse_kind(c, field="--collective") for c in (collective or DEFAULT_KINDS)]
     kinds = list(dict.fromkeys(kinds))
     sizes = sorted(set(sizes_argument(size, DEFAULT_SIZES)))
@@ -161,6 +163,8 @@ def draw(
     topo = topology_argument(topology)
     target = output or (re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-")[:200] or "topology") + ".png"
     output_file(target, inputs=[topology, schedule_file], suffixes=(".png", ".svg"))
+    if not no_cut:
+        check_bound_work(topo, "the bottleneck cut", hint="use --no-cut, or a smaller topology")
     schedule = None
     if schedule_file is not None:
         schedule = load_schedule(schedule_file)

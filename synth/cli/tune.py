@@ -14,6 +14,7 @@ from synth.cli.common import (
     SLICES_OPTION,
     TOPOLOGY_HELP,
     WINDOW_OPTION,
+    check_bound_work,
     console,
     fmt_time,
     output_file,
@@ -88,6 +89,7 @@ def tune_command(
         raise InputError("", "--time-limit", f"expected a number of seconds from 0.001 to 1000000, got {time_limit!r}")
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
+    check_bound_work(topo, "tune (the bounds and the tree packing)")
     kind = parse_kind(collective, field="--collective")
     sizes = sizes_argument(size, [str(s) for s in DEFAULT_SIZES])
     options = algorithm_options(option)
