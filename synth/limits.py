@@ -171,8 +171,9 @@ def check_graph_work(num_ranks: int, num_links: int, what: str,
           f"{what} on {num_ranks:,} gpus and {num_links:,} directed links (gpus x links x log2 gpus)", hint)
 
 
-def solver_time_limit(requested: float | None = None) -> float:
-    """Wall-clock seconds a solver may run: ``requested`` if given (and positive), else the default limit.
+def solver_time_limit(requested: float | None = None, default: float | None = None) -> float:
+    """Wall-clock seconds a solver may run: ``requested`` if given (and positive), else ``SYNTH_SOLVER_SECONDS``
+    when set, else ``default`` (a solver's own quicker default) or the limit's default (600 s).
 
     A requested limit above the configured one is allowed (the user asked for it explicitly).
 
@@ -182,6 +183,8 @@ def solver_time_limit(requested: float | None = None) -> float:
     30.0
     """
     if requested is None:
+        if default is not None and not (os.environ.get(LIMITS["solver_seconds"].env) or "").strip():
+            return float(default)
         return float(limit_value("solver_seconds"))
     if isinstance(requested, bool) or not isinstance(requested, int | float) or not math.isfinite(requested) \
             or requested <= 0:

@@ -93,7 +93,7 @@ from synth.algorithms.milp_instance import (
 )
 from synth.algorithms.utils import make_collective
 from synth.collectives import Collective, Kind
-from synth.errors import InfeasibleError, InputError, NotApplicable
+from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
 from synth.sketch import Sketch, load_sketch
 from synth.topology import Topology
@@ -171,7 +171,7 @@ class _Planned:
 # ------------------------------------------------------------------------------------- public API
 def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
          size: int | str = DEFAULT_SIZE, sketch: Sketch | str | dict[str, Any] | None = None,
-         time_limit_s: float = DEFAULT_TIME_LIMIT_S, seed: int = 0, workers: int = 1,
+         time_limit_s: float | None = None, seed: int = 0, workers: int = 1,
          epoch_us: float | None = None, max_epochs: int = DEFAULT_MAX_EPOCHS, order_deps: str = "auto",
          cpsat: str = "auto", progress: ProgressFunction | str | None = "auto") -> Schedule:
     """Time-indexed schedule for allgather, alltoall, reduce-scatter or allreduce (see the module notes).
@@ -187,8 +187,9 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         Message size in bytes (nccl-tests n) the epochs are cut for; ``"64KiB"`` is accepted.
     sketch : Sketch, dict or path, optional
         Restrictions (:mod:`synth.sketch`).
-    time_limit_s : float
-        CP-SAT budget in deterministic seconds per solve (allreduce runs two solves of half each).
+    time_limit_s : float, optional
+        CP-SAT budget in deterministic seconds per solve (allreduce runs two solves of half each); default
+        ``SYNTH_SOLVER_SECONDS`` when set, else ``DEFAULT_TIME_LIMIT_S`` (10).
     seed, workers : int
         CP-SAT random seed and number of workers.
     epoch_us : float, optional
@@ -233,7 +234,9 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         raise InputError("", "order_deps", f"expected auto, link or none, got {order_deps!r}")
     if cpsat not in ("auto", "always", "never"):
         raise InputError("", "cpsat", f"expected auto, always or never, got {cpsat!r}")
-    _check_number(time_limit_s, "time_limit_s", positive=True)
+    if time_limit_s is not None:
+        _check_number(time_limit_s, "time_limit_s", positive=True)
+    time_limit_s = limits.solver_time_limit(time_limit_s, default=DEFAULT_TIME_LIMIT_S)  # SYNTH_SOLVER_SECONDS
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError("", "workers", f"expected a positive integer, got {workers!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -449,6 +452,14 @@ def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item
 
     horizon = settings.sketch.epochs or 100_000
     if settings.epoch_us is not None:
+        # refuse before building: an epoch so short that one hop takes more epochs than the horizon would
+        # make every per-epoch table enormous (epoch_us 1e-9 on a 1 µs link: 10^9 epochs per hop)
+        slowest = max(link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links)
+        hop = slowest / settings.epoch_us
+        if hop > horizon:
+            raise LimitError(f"epoch_us {settings.epoch_us:g} makes the slowest link take {hop:,.0f} epochs, more than "
+                             f"the horizon of {horizon:,} epochs; use an epoch_us of at least "
+                             f"{slowest / horizon:.3g}")
         instance = make(settings.epoch_us)
         return instance, _best_plan(instance, horizon, scorer)
     times = [link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links]
