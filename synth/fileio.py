@@ -151,17 +151,24 @@ def check_output_file(path: PathLike, *, option: str = "--output", inputs: Itera
     target = _check_name(text, option, "file")
     if text.endswith(("/", os.sep)) or target.name in ("", ".", ".."):
         raise InputError(text, option, "names a folder; expected a file name")
-    if suffixes is not None:
-        allowed = tuple(suffixes)
-        if target.suffix.lower() not in allowed:
-            raise InputError(text, option, f"expected a file name ending in {' or '.join(allowed)}")
     _check_parent(target, option)
     try:
         info = os.lstat(target)
     except FileNotFoundError:
-        return target
+        info = None
     except OSError as error:
         raise InputError(text, option, f"cannot use this path: {_os_problem(error)}") from None
+    if info is not None:
+        _check_existing_file(target, text, option, info, inputs)
+    if suffixes is not None:
+        allowed = tuple(suffixes)
+        if target.suffix.lower() not in allowed:
+            raise InputError(text, option, f"expected a file name ending in {' or '.join(allowed)}")
+    return target
+
+
+def _check_existing_file(target: Path, text: str, option: str, info: os.stat_result,
+                         inputs: Iterable[PathLike]) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise InputError(text, option, "is a symbolic link; synth replaces only regular files (name the file "
                          "it points to)")
@@ -173,7 +180,6 @@ def check_output_file(path: PathLike, *, option: str = "--output", inputs: Itera
     same = _same_file(target, inputs)
     if same is not None:
         raise InputError(text, option, f"is the input file {os.fspath(same)}; write the output to another file")
-    return target
 
 
 def check_output_folder(path: PathLike, *, option: str = "--output", inputs: Iterable[PathLike] = (),
@@ -456,8 +462,7 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
     files are instead renamed into ``path`` one by one, each atomically, and other files are left alone.
     """
     if merge:
-        target = check_output_folder(path, option=option, inputs=inputs, signature=(), kind=kind) \
-            if not Path(path).is_dir() else _check_merge_folder(path, option)
+        target = check_merge_folder(path, option)
     else:
         target = check_output_folder(path, option=option, inputs=inputs, signature=signature, kind=kind)
     remove_stale_temporaries(target)
@@ -490,8 +495,11 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
         raise
 
 
-def _check_merge_folder(path: PathLike, option: str) -> Path:
+def check_merge_folder(path: PathLike, option: str = "--output") -> Path:
+    """Refuse a folder that files cannot be merged into (see :func:`atomic_directory` with ``merge``)."""
     target = _check_name(_text(path), option, "folder")
+    if not os.path.isdir(target) or target.name in ("", ".", ".."):
+        return check_output_folder(path, option=option)
     if os.path.islink(target):
         raise InputError(str(target), option, "is a symbolic link; name the folder itself")
     if not os.access(target, os.W_OK | os.X_OK):

@@ -83,7 +83,8 @@ class _NodeModel(BaseModel):
 
 def _finite_number(value: Any, what: str, lower: float, upper: float, strict_lower: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number ({what}), got {type(value).__name__} {value!r}")
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:50] + "..."
+        raise ValueError(f"expected a number ({what}), got {type(value).__name__} {shown}")
     if isinstance(value, int) and abs(value) > 10**30:
         raise ValueError(f"expected at most {upper:g} ({what}), got an integer of {len(str(abs(value)))} digits")
     number = float(value)
@@ -796,9 +797,11 @@ def _strict_loader() -> Any:
         return loader.construct_mapping(node, deep=deep)
 
     def integer(loader: Any, node: Any) -> Any:
-        literal = str(node.value)
-        digits = sum(ch.isalnum() for ch in literal)
-        if digits > MAX_INTEGER_DIGITS + 2:
+        body = str(node.value).lstrip("+-").replace("_", "")
+        if body[:2].lower() in ("0x", "0o", "0b"):
+            body = body[2:]
+        digits = sum(ch.isalnum() for ch in body)
+        if digits > MAX_INTEGER_DIGITS:
             raise yaml.constructor.ConstructorError(None, None, f"an integer of {digits} digits is not accepted (at "
                                                     f"most {MAX_INTEGER_DIGITS})", node.start_mark)
         return yaml.SafeLoader.construct_yaml_int(loader, node)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,7 +20,7 @@ from synth.cli.common import (
     table,
 )
 from synth.collectives import parse_kind
-from synth.errors import InputError, SynthError
+from synth.errors import SynthError
 
 
 def register(app: typer.Typer) -> None:
@@ -59,12 +57,9 @@ def catalog(
         if problems:
             raise typer.Exit(1)
         return
-    from synth.fileio import check_output_folder
+    from synth.fileio import check_merge_folder
 
-    if not Path(out).is_dir():
-        check_output_folder(out, option="--out", kind="schedule catalog")
-    elif not os.access(out, os.W_OK | os.X_OK):
-        raise InputError(out, "--out", "cannot write in this folder: permission denied")
+    check_merge_folder(out, option="--out")
     kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
     specs = list(topology) if topology else default_specs()
     if not specs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from synth.schedule import Schedule
 from synth.topology import Topology
 from synth.units import parse_size
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+console = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, highlight=False)
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
@@ -251,11 +252,16 @@ def _typed(value: str) -> Any:
         return value.lower() == "true"
     if "," in value:
         return [_typed(v) for v in value.split(",") if v]
+    if sum(ch.isdigit() for ch in value) > 30 and value.lstrip("+-").replace(".", "", 1).replace("e", "", 1).isdigit():
+        raise InputError("", "--option", f"a number of more than 30 digits is not accepted, got {value[:20]}...")
     for cast in (int, float):
         try:
-            return cast(value)
+            number = cast(value)
         except ValueError:
-            pass
+            continue
+        if isinstance(number, float) and not math.isfinite(number):
+            raise InputError("", "--option", f"expected a finite number, got {value!r}")
+        return number
     return value
 
 

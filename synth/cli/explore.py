@@ -161,7 +161,8 @@ def draw(
 
     command_verbosity(quiet, verbose)
     topo = topology_argument(topology)
-    target = output or (re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-")[:200] or "topology") + ".png"
+    target = output if output is not None else (
+        (re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-")[:200] or "topology") + ".png")
     output_file(target, inputs=[topology, schedule_file], suffixes=(".png", ".svg"))
     if not no_cut:
         check_bound_work(topo, "the bottleneck cut", hint="use --no-cut, or a smaller topology")

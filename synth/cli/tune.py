@@ -79,9 +79,9 @@ def tune_command(
     """Evaluate every applicable algorithm at every message size and print, per size, the winner, its
     time, the runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
     table a runtime can load (format in `synth.tune`)."""
-    if out:
+    if out is not None:
         output_file(out, "--out", inputs=[topology])
-    if plot_path:
+    if plot_path is not None:
         output_file(plot_path, "--plot", inputs=[topology, out], suffixes=(".png",))
     if out and plot_path and out == plot_path:
         raise InputError(plot_path, "--plot", "is also the --out file; name two different files")
