@@ -231,17 +231,39 @@ def check_output_folder(path: PathLike, *, option: str = "--output", inputs: Ite
 
 
 # ------------------------------------------------------------------------------------- signals
+_HELD = [0]
+_PENDING: list[int] = []
+
+
+def defer_interrupt(signum: int) -> bool:
+    """For a signal handler: True (and the signal is remembered) while an output is being committed or
+    cleaned up; :func:`signals_held` raises :class:`KeyboardInterrupt` for it when that step is over.
+
+    Python runs signal handlers in the main thread between bytecodes even when the signal reached another
+    thread, so masking the signal in the main thread alone does not hold it off; this flag does.
+    """
+    if _HELD[0]:
+        _PENDING.append(signum)
+        return True
+    return False
+
+
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold off SIGINT and SIGTERM (they stay pending) while cleaning up or committing an output."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    """Hold off SIGINT and SIGTERM while committing or cleaning up an output: a signal that arrives meanwhile
+    is raised as :class:`KeyboardInterrupt` when the step is over (never in the middle of it)."""
+    masked = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if masked else None
+    _HELD[0] += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _HELD[0] -= 1
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if not _HELD[0] and _PENDING:
+            _PENDING.clear()
+            raise KeyboardInterrupt
 
 
 # ------------------------------------------------------------------------------------ temp names
@@ -467,13 +489,14 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
         target = check_output_folder(path, option=option, inputs=inputs, signature=signature, kind=kind)
     remove_stale_temporaries(target)
     temp = _temp_name(target)
-    with signals_held():
-        try:
-            os.mkdir(temp, 0o700)
-        except OSError as error:
-            raise InputError(str(target), "", f"cannot create a folder here: {_os_problem(error)}") from None
-    committed = False
+    created = committed = False
     try:
+        with signals_held():  # a signal held here is raised as the block ends, inside the try: cleaned up
+            try:
+                os.mkdir(temp, 0o700)
+            except OSError as error:
+                raise InputError(str(target), "", f"cannot create a folder here: {_os_problem(error)}") from None
+            created = True
         yield temp
         _fsync_tree(temp, _default_mode())
         os.chmod(temp, 0o777 & ~_umask())
@@ -487,7 +510,7 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
                 _commit_folder(temp, target)
             committed = True
     except BaseException as error:
-        if not committed:
+        if created and not committed:
             with signals_held():
                 shutil.rmtree(temp, ignore_errors=True)
         if isinstance(error, OSError):

@@ -165,8 +165,10 @@ def _watch_signals() -> tuple[list[int], Any]:
     seen: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
+        from synth.fileio import defer_interrupt
+
         seen.append(signum)
-        if len(seen) == 1:
+        if len(seen) == 1 and not defer_interrupt(signum):
             raise KeyboardInterrupt
 
     previous: dict[int, Any] = {}
