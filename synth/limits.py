@@ -13,7 +13,9 @@ limit                       default        what it bounds
 ``max_milp_constraints``    400,000        constraints of one MILP/LP model
 ``max_ranks``               16,384         gpus a command is asked to handle
 ``solver_seconds``          600            default wall-clock limit of any solver call
-``max_input_bytes``         32 MiB         a topology, sketch, sweep spec, network YAML or MSCCL XML file
+``max_input_bytes``         32 MiB         a topology, sketch, sweep spec or MSCCL XML file
+``max_yaml_bytes``          4 MiB          a YAML file (YAML parses about 100 times slower than JSON:
+                                           larger topologies belong in JSON)
 ``max_schedule_bytes``      512 MiB        a schedule file, read or written (generate refuses to write
                                            one that the loaders would refuse to read)
 ``max_message_bytes``       1 PiB          a message size (``--size``, ``--max-bytes``, sweep sizes)
@@ -95,6 +97,7 @@ LIMITS: dict[str, Limit] = {
         Limit("max_ranks", 16_384, "SYNTH_MAX_RANKS", "ranks", 1e7),
         Limit("solver_seconds", 600, "SYNTH_SOLVER_SECONDS", "seconds", 1e6),
         Limit("max_input_bytes", 32 * 2**20, "SYNTH_MAX_INPUT_BYTES", "bytes", 2**40),
+        Limit("max_yaml_bytes", 4 * 2**20, "SYNTH_MAX_YAML_BYTES", "bytes", 2**40),
         Limit("max_schedule_bytes", 512 * 2**20, "SYNTH_MAX_SCHEDULE_BYTES", "bytes", 2**40),
         Limit("max_message_bytes", PIB, "SYNTH_MAX_MESSAGE_BYTES", "bytes", 2**62),
         Limit("max_sweep_rows", 1_000_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10),

@@ -569,7 +569,7 @@ def _check_gpu_connectivity(graph: nx.DiGraph, gpus: list[str], source: str) -> 
 MAX_DEPTH = 64
 #: Most decimal digits accepted in one integer of a document (2^64 has 20).
 MAX_INTEGER_DIGITS = 30
-#: Most values a YAML document may expand to through aliases (a document of N bytes is allowed N + this).
+#: Most values YAML aliases may add to a document beyond its distinct values.
 MAX_ALIAS_EXPANSION = 1_000_000
 
 
@@ -595,8 +595,13 @@ def read_document(path: str | Path, max_bytes: int | None = None) -> Any:
         raise InputError(source, "", "not a regular file")
     size = info.st_size
     limit = int(limits.limit_value("max_input_bytes")) if max_bytes is None else max_bytes
+    yaml_file = path.suffix.lower() in (".yaml", ".yml")
+    if yaml_file:
+        limit = min(limit, int(limits.limit_value("max_yaml_bytes")))
     if size > limit:
-        raise InputError(source, "", f"file is {size} bytes, more than the limit of {limit}")
+        variable = "SYNTH_MAX_YAML_BYTES; use JSON for larger files" if yaml_file and size <= (
+            max_bytes or limits.limit_value("max_input_bytes")) else "SYNTH_MAX_INPUT_BYTES"
+        raise InputError(source, "", f"file is {size} bytes, more than the limit of {limit} ({variable})")
     try:
         with path.open("rb") as handle:
             raw = handle.read(limit + 1)
@@ -608,7 +613,7 @@ def read_document(path: str | Path, max_bytes: int | None = None) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(source, "", f"not valid UTF-8 at byte {error.start}") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if yaml_file:
         return parse_yaml(text, source)
     return parse_json(text, source)
 
@@ -668,7 +673,7 @@ def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 def check_document(data: Any, source: str, shared: bool = True, surrogates: bool = True, kind: str = "YAML") -> None:
     """Refuse a parsed document with nesting deeper than :data:`MAX_DEPTH`, a number that is not finite,
     an integer of more than :data:`MAX_INTEGER_DIGITS` digits, an unpaired surrogate in a string, or (YAML
-    aliases, ``shared``) more than :data:`MAX_ALIAS_EXPANSION` values once aliases are expanded.
+    aliases, ``shared``) aliases that add more than :data:`MAX_ALIAS_EXPANSION` values when expanded.
 
     The field is named as a dotted path (``links.0.bandwidth``). Cost: linear in the distinct values.
     """
@@ -678,6 +683,7 @@ def check_document(data: Any, source: str, shared: bool = True, surrogates: bool
     stack: list[tuple[Any, tuple[Any, ...], int, bool]] = [(data, (), 1, False)]
     sizes: list[int] = []
     depths: list[int] = []
+    expanded = 0  # values that aliases add beyond the distinct ones
     while stack:
         value, path, depth, done = stack.pop()
         if isinstance(value, dict | list):
@@ -692,9 +698,6 @@ def check_document(data: Any, source: str, shared: bool = True, surrogates: bool
                 deepest = 1 + max(child_depths, default=0)
                 if shared:
                     memo[key] = (deepest, size)
-                    if size > MAX_ALIAS_EXPANSION:
-                        raise InputError(source, _dotted(path), f"YAML aliases expand this value to more than "
-                                         f"{MAX_ALIAS_EXPANSION:,} values (an alias bomb?)")
                 sizes.append(size)
                 depths.append(deepest)
                 continue
@@ -702,6 +705,10 @@ def check_document(data: Any, source: str, shared: bool = True, surrogates: bool
                 raise InputError(source, _dotted(path), f"{kind} nesting is too deep (more than {MAX_DEPTH} levels)")
             if shared and key in memo:
                 sub_depth, size = memo[key]
+                expanded += size
+                if expanded > MAX_ALIAS_EXPANSION:
+                    raise InputError(source, _dotted(path), f"YAML aliases expand the document by more than "
+                                     f"{MAX_ALIAS_EXPANSION:,} values (an alias bomb?)")
                 if depth + sub_depth - 1 > MAX_DEPTH:
                     raise InputError(source, _dotted(path), f"{kind} nesting is too deep (more than {MAX_DEPTH} "
                                      "levels)")

@@ -746,6 +746,18 @@ def test_json_nesting_over_the_limit(text):
         parse_json(text, "deep.json")
 
 
+def test_large_yaml_is_refused_before_parsing(cli, tmp_path):
+    path = tmp_path / "big.yaml"
+    link = "  - {src: a, dst: b, bandwidth: 1}\n"
+    path.write_text("name: big\nnodes: [{id: a, type: gpu}, {id: b, type: gpu}]\nlinks:\n" + link * 130_000)
+    assert path.stat().st_size > 4 * 2**20
+    refused(cli("show", path), str(path), "SYNTH_MAX_YAML_BYTES")
+    json_path = tmp_path / "big.json"  # the same size in JSON is read (and refused for what it says)
+    json_path.write_text(json.dumps({"name": "big", "nodes": [{"id": "a", "type": "gpu"}, {"id": "b", "type": "gpu"}],
+                                     "links": [{"src": "a", "dst": "b", "bandwidth": 1}] * 130_000, "x": "y"}))
+    refused(cli("show", json_path), str(json_path), "x: unknown field")
+
+
 def test_yaml_aliases_expanding_past_the_limit():
     from synth.topology import parse_yaml
 

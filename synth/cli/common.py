@@ -161,6 +161,8 @@ def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, out
         if len(source) > len(str(topology_path)):
             source = str(topology_path)
     schedule = dataclasses.replace(schedule, topology_file=source, topology_sha256=fingerprint(topology))
+    limits.check_transfers(len(schedule.transfers), f"the schedule for {output!r}",
+                           hint="it would be refused when read back")
     text = schedule.to_json()
     limits.check("max_schedule_bytes", len(text.encode("utf-8")), f"the schedule file {output!r}",
                  hint="it would be refused when read back; use fewer chunks or a smaller topology")
