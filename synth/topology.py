@@ -530,7 +530,7 @@ def _dimension_mismatch(graph: nx.DiGraph, gpus: list[str], dims: tuple[Dimensio
 
 def fingerprint(topology: Topology) -> str:
     """SHA-256 of the topology's structure: gpus in rank order, switches, every directed link with its
-    bandwidth and latency, boxes and dimensions (not its name, description or metadata). A schedule
+    bandwidth and latency, boxes, forwarding gpus and dimensions (not its name, description or metadata). A schedule
     records it, so a different topology with the same gpu count is refused instead of silently used.
 
     Examples
@@ -547,6 +547,7 @@ def fingerprint(topology: Topology) -> str:
         "switches": sorted(topology.switches),
         "links": sorted([link.src, link.dst, repr(link.bandwidth), repr(link.latency)] for link in topology.links()),
         "boxes": list(topology.boxes) if topology.boxes is not None else None,
+        "forwarding": sorted(g for g in topology.gpus if topology.forwards(g)),
         "dimensions": [[d.kind, d.size, repr(float(d.bandwidth)), repr(float(d.latency))] for d in topology.dimensions]
         if topology.dimensions else None,
     }
