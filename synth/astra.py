@@ -254,17 +254,25 @@ def load_network_yaml(path: str) -> tuple[Topology, str]:
 
 
 def is_network_yaml(path: str) -> bool:
-    """True when ``path`` is a YAML file that looks like an ASTRA-sim network configuration."""
+    """True when ``path`` is a YAML file whose top level is an ASTRA-sim network configuration: a mapping
+    with ``topology`` and ``npus_count`` lists and no synth topology fields (``nodes``, ``links``). A synth
+    topology that merely mentions ``npus_count`` (in its metadata, say) is not one."""
+    import contextlib
     from pathlib import Path
 
+    from synth.errors import SynthError
+    from synth.topology import read_document
+
     candidate = Path(path)
-    if candidate.suffix.lower() not in (".yml", ".yaml") or not candidate.is_file():
-        return False
+    with contextlib.suppress(OSError, ValueError):
+        if candidate.suffix.lower() not in (".yml", ".yaml") or not candidate.is_file():
+            return False
     try:
-        head = candidate.read_text(encoding="utf-8", errors="replace")[:4096]
-    except OSError:
-        return False
-    return "npus_count" in head and "topology" in head
+        data = read_document(candidate)
+    except (SynthError, OSError, ValueError):
+        return False  # the topology loader reports what is wrong with it
+    return (isinstance(data, dict) and isinstance(data.get("topology"), list) and "npus_count" in data
+            and "nodes" not in data and "links" not in data)
 
 
 # ------------------------------------------------------------------------------------- networks

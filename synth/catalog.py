@@ -184,7 +184,7 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
                                "entries": [e.to_dict() for e in entries]}, indent=1) + "\n"
     files[README] = render_readme(entries, out_name)
     stale = _listed_files(out) - set(files)
-    with atomic_directory(out) as temp:
+    with atomic_directory(out, option="--out", merge=True, kind="schedule catalog") as temp:
         for name, content in files.items():
             (temp / name).write_text(content, encoding="utf-8")
     for name in sorted(stale):

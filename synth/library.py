@@ -134,15 +134,21 @@ def entry(name: str, summary: str, shipped: bool = False) -> Callable[[Callable[
 
 
 # ------------------------------------------------------------------------------ spec strings
+#: Longest library spec accepted (the longest real one is under 100 characters).
+MAX_SPEC_LENGTH = 255
+
+
 def _parse_scalar(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
+    if sum(ch.isdigit() for ch in text) > 30:
+        raise InputError("", "topology", f"the value {text[:20]}... has more than 30 digits")
     for cast in (int, float):
         try:
-            return cast(text)
+            return cast(text)  # non-finite floats are refused by the builders, naming the parameter
         except ValueError:
-            pass
+            continue
     return text
 
 
@@ -202,6 +208,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     >>> parse_spec("multidim:kinds=Switch/Ring,sizes=8x4,bandwidths=400x12.5")
     ('multidim', {'kinds': ('Switch', 'Ring'), 'sizes': (8, 4), 'bandwidths': (400, 12.5)})
     """
+    if len(spec) > MAX_SPEC_LENGTH:
+        raise InputError("", "topology", f"a library spec of {len(spec)} characters is longer than the limit of "
+                         f"{MAX_SPEC_LENGTH} (and no file has that name)")
     name, _, rest = spec.partition(":")
     params: dict[str, Any] = {}
     if rest:
@@ -243,18 +252,47 @@ def load_topology(spec: str | Path) -> Topology:
     if isinstance(spec, Topology):
         return spec
     text = str(spec)
+    if not text.strip() or "\0" in text:
+        raise InputError(repr(text), "topology", "expected a topology file or library name")
     path = Path(text)
-    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists():
-        if path.exists():
+    exists = _exists(path)
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or exists:
+        if exists:  # a file always wins over a library spec of the same name
             return Topology.from_file(path)
         shipped_path = TOPOLOGY_DIR / path.name
-        if not path.is_absolute() and shipped_path.exists() and path.parent == Path("."):
+        if not path.is_absolute() and path.parent == Path(".") and _exists(shipped_path):
             return Topology.from_file(shipped_path)
         raise InputError(text, "", "no such file")
     if ":" not in text and text not in LIBRARY and "/" not in text and text.strip():
         shipped_path = TOPOLOGY_DIR / f"{text}.json"
-        if shipped_path.is_file():
+        if _exists(shipped_path) and shipped_path.is_file():
             return Topology.from_file(shipped_path)
+    return build(text)
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()`` that says False instead of raising for names the OS refuses (too long...)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def library_topology(name: str) -> Topology:
+    """The library topology (or shipped file) called ``name``, never a file of that name in the working
+    folder: how a schedule's recorded topology name is looked up.
+
+    Examples
+    --------
+    >>> library_topology("ring:n=4").num_ranks
+    4
+    """
+    text = str(name)
+    stem = Path(text).name
+    if ":" not in text and "/" not in text and text not in LIBRARY and stem and _exists(TOPOLOGY_DIR / f"{stem}.json"):
+        return Topology.from_file(TOPOLOGY_DIR / f"{stem}.json")
+    if text.endswith(".json") and "/" not in text and _exists(TOPOLOGY_DIR / text):
+        return Topology.from_file(TOPOLOGY_DIR / text)
     return build(text)
 
 

@@ -1,18 +1,31 @@
 """Resource limits: refuse a request up front, with the estimate, instead of after an hour or an OOM kill.
 
 Every limit has a documented default and can be raised (or lowered) for one run with an environment
-variable, e.g. ``SYNTH_MAX_TRANSFERS=20000000 synth generate ...``.
+variable, e.g. ``SYNTH_MAX_TRANSFERS=20000000 synth generate ...``. An override must be a finite positive
+number no larger than the limit's ceiling (``SYNTH_SOLVER_SECONDS=1e308`` is refused, not obeyed).
 
-========================  ==========================  ====================================================
-limit                     default                     what it bounds
-========================  ==========================  ====================================================
-``max_transfers``         4,000,000                   transfers in one schedule (about 1 KB of RAM each
-                                                      while building, verifying and writing it)
-``max_milp_variables``    200,000                     variables of one MILP/LP model
-``max_milp_constraints``  400,000                     constraints of one MILP/LP model
-``max_ranks``             16,384                      gpus an algorithm is asked to handle
-``solver_seconds``        600                         default wall-clock limit of any solver call
-========================  ==========================  ====================================================
+==========================  =============  ===========================================================
+limit                       default        what it bounds
+==========================  =============  ===========================================================
+``max_transfers``           4,000,000      transfers in one schedule (about 1 KB of RAM each while
+                                           building, verifying and writing it), built or read
+``max_milp_variables``      200,000        variables of one MILP/LP model
+``max_milp_constraints``    400,000        constraints of one MILP/LP model
+``max_ranks``               16,384         gpus a command is asked to handle
+``solver_seconds``          600            default wall-clock limit of any solver call
+``max_input_bytes``         32 MiB         a topology, sketch, sweep spec or MSCCL XML file
+``max_yaml_bytes``          4 MiB          a YAML file (YAML parses about 100 times slower than JSON:
+                                           larger topologies belong in JSON)
+``max_schedule_bytes``      512 MiB        a schedule file, read or written (generate refuses to write
+                                           one that the loaders would refuse to read)
+``max_message_bytes``       1 PiB          a message size (``--size``, ``--max-bytes``, sweep sizes)
+``max_sweep_rows``          1,000,000      rows of one sweep (grid points x collectives x algorithms x
+                                           sizes), counted before the grid is expanded
+``max_verify_steps``        200,000,000    dependency-graph steps the verifier may take to prove that
+                                           the accesses to each (rank, chunk) are ordered
+``max_graph_work``          2,000,000,000  max-flow work of ``bound`` and the tree packing
+                                           (gpus x directed links x log2 of the gpu count)
+==========================  =============  ===========================================================
 
 An algorithm estimates what it is about to build and calls a ``check_*`` function before building it::
 
@@ -45,35 +58,51 @@ from synth.errors import InputError, LimitError
 
 @dataclass(frozen=True)
 class Limit:
-    """A named limit: its default, the environment variable that overrides it, and its unit."""
+    """A named limit: its default, the environment variable that overrides it, its unit, and the largest
+    override accepted (a ceiling that keeps every computation with it finite)."""
 
     name: str
     default: float
     env: str
     unit: str
+    ceiling: float = 1e15
 
     def value(self) -> float:
         """The limit in force: the environment override if set (validated), else the default."""
         text = os.environ.get(self.env)
         if text is None or not text.strip():
             return self.default
+        if len(text) > 40:
+            raise InputError(self.env, "", f"expected a number, got a text of {len(text)} characters")
         try:
-            number = float(text.replace("_", "").replace(",", ""))
+            number = float(text.strip().replace("_", "").replace(",", ""))
         except ValueError:
             raise InputError(self.env, "", f"expected a number, got {text!r}") from None
         if not math.isfinite(number) or number <= 0:
             raise InputError(self.env, "", f"expected a positive number, got {text!r}")
+        if number > self.ceiling:
+            raise InputError(self.env, "", f"expected at most {_count(self.ceiling)} {self.unit}, got {text!r}")
         return number
 
+
+#: 2^50 bytes: the largest message size accepted anywhere.
+PIB = 2**50
 
 LIMITS: dict[str, Limit] = {
     limit.name: limit
     for limit in (
-        Limit("max_transfers", 4_000_000, "SYNTH_MAX_TRANSFERS", "transfers"),
-        Limit("max_milp_variables", 200_000, "SYNTH_MAX_MILP_VARIABLES", "variables"),
-        Limit("max_milp_constraints", 400_000, "SYNTH_MAX_MILP_CONSTRAINTS", "constraints"),
-        Limit("max_ranks", 16_384, "SYNTH_MAX_RANKS", "ranks"),
-        Limit("solver_seconds", 600, "SYNTH_SOLVER_SECONDS", "seconds"),
+        Limit("max_transfers", 4_000_000, "SYNTH_MAX_TRANSFERS", "transfers", 1e9),
+        Limit("max_milp_variables", 200_000, "SYNTH_MAX_MILP_VARIABLES", "variables", 1e9),
+        Limit("max_milp_constraints", 400_000, "SYNTH_MAX_MILP_CONSTRAINTS", "constraints", 1e9),
+        Limit("max_ranks", 16_384, "SYNTH_MAX_RANKS", "ranks", 1e7),
+        Limit("solver_seconds", 600, "SYNTH_SOLVER_SECONDS", "seconds", 1e6),
+        Limit("max_input_bytes", 32 * 2**20, "SYNTH_MAX_INPUT_BYTES", "bytes", 2**40),
+        Limit("max_yaml_bytes", 4 * 2**20, "SYNTH_MAX_YAML_BYTES", "bytes", 2**40),
+        Limit("max_schedule_bytes", 512 * 2**20, "SYNTH_MAX_SCHEDULE_BYTES", "bytes", 2**40),
+        Limit("max_message_bytes", PIB, "SYNTH_MAX_MESSAGE_BYTES", "bytes", 2**62),
+        Limit("max_sweep_rows", 1_000_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10),
+        Limit("max_verify_steps", 200_000_000, "SYNTH_MAX_VERIFY_STEPS", "steps", 1e13),
+        Limit("max_graph_work", 2_000_000_000, "SYNTH_MAX_GRAPH_WORK", "steps", 1e15),
     )
 }
 
@@ -126,8 +155,28 @@ def check_ranks(num_ranks: int, what: str, hint: str = "") -> None:
     check("max_ranks", num_ranks, what, hint)
 
 
-def solver_time_limit(requested: float | None = None) -> float:
-    """Wall-clock seconds a solver may run: ``requested`` if given (and positive), else the default limit.
+def graph_work(num_ranks: int, num_links: int) -> int:
+    """The work estimate of the exact bounds and the tree packing on a topology: one max-flow per gpu on a
+    graph of ``num_links`` directed links, times log2 of the gpu count for the search over rates.
+
+    Examples
+    --------
+    >>> graph_work(16, 64)
+    4096
+    """
+    return max(1, num_ranks) * max(1, num_links) * max(1, math.ceil(math.log2(max(2, num_ranks))))
+
+
+def check_graph_work(num_ranks: int, num_links: int, what: str,
+                     hint: str = "use a smaller topology, or --no-cut / another command") -> None:
+    """Refuse an exact bound (or tree packing) whose :func:`graph_work` is over ``max_graph_work``."""
+    check("max_graph_work", graph_work(num_ranks, num_links),
+          f"{what} on {num_ranks:,} gpus and {num_links:,} directed links (gpus x links x log2 gpus)", hint)
+
+
+def solver_time_limit(requested: float | None = None, default: float | None = None) -> float:
+    """Wall-clock seconds a solver may run: ``requested`` if given (and positive), else ``SYNTH_SOLVER_SECONDS``
+    when set, else ``default`` (a solver's own quicker default) or the limit's default (600 s).
 
     A requested limit above the configured one is allowed (the user asked for it explicitly).
 
@@ -137,9 +186,15 @@ def solver_time_limit(requested: float | None = None) -> float:
     30.0
     """
     if requested is None:
+        if default is not None and not (os.environ.get(LIMITS["solver_seconds"].env) or "").strip():
+            return float(default)
         return float(limit_value("solver_seconds"))
-    if not math.isfinite(requested) or requested <= 0:
+    if isinstance(requested, bool) or not isinstance(requested, int | float) or not math.isfinite(requested) \
+            or requested <= 0:
         raise InputError("", "time_limit", f"expected a positive number of seconds, got {requested!r}")
+    ceiling = LIMITS["solver_seconds"].ceiling
+    if requested > ceiling:
+        raise InputError("", "time_limit", f"expected at most {_count(ceiling)} seconds, got {requested!r}")
     return float(requested)
 
 
@@ -162,4 +217,8 @@ def min_transfers(kind: Kind, num_ranks: int, chunks: int) -> int:
 
 
 def _count(number: float) -> str:
-    return f"{int(number):,}" if float(number).is_integer() else f"{number:,.3g}"
+    if isinstance(number, int):
+        return f"{number:,}" if abs(number) < 10**30 else f"{float(number):.3g}"
+    if not math.isfinite(number):
+        return str(number)
+    return f"{int(number):,}" if float(number).is_integer() and abs(number) < 1e30 else f"{number:,.3g}"

@@ -80,6 +80,10 @@ class Schedule:
     algorithm: str
     params: Mapping[str, Any] = field(default_factory=dict)
     transfers: tuple[Transfer, ...] = ()
+    #: Where the topology came from, when it is a file: a path relative to the schedule file's folder.
+    topology_file: str | None = None
+    #: The topology's fingerprint (:func:`synth.topology.fingerprint`): a different topology is refused.
+    topology_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.ranks) != self.collective.num_ranks:
@@ -127,6 +131,8 @@ class Schedule:
             "collective": self.collective.kind.value,
             "root": self.collective.root,
             "topology": self.topology,
+            **({"topology_file": self.topology_file} if self.topology_file is not None else {}),
+            **({"topology_sha256": self.topology_sha256} if self.topology_sha256 is not None else {}),
             "ranks": list(self.ranks),
             "chunks": self.collective.chunks,
             "algorithm": self.algorithm,
@@ -175,9 +181,11 @@ class Schedule:
         if not isinstance(algorithm, str):
             raise InputError(source, "algorithm", "expected a string")
         topology = _expect(data, "topology", str, source)
+        topology_file, topology_sha256 = _topology_source(data, source)
         raw = data["transfers"]
         if not isinstance(raw, list):
             raise InputError(source, "transfers", "expected a list")
+        _check_size(collective, len(raw), source)
         n = len(ranks)
         limit = collective.num_chunk_ids
         transfers: list[Transfer] = []
@@ -219,7 +227,8 @@ class Schedule:
                 if not 0 <= dep < len(raw):
                     raise InputError(source, f"{where}.deps", f"unknown transfer id {dep}")
             transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps), slots[0], slots[1]))
-        return cls(collective, topology, tuple(ranks), algorithm, params, tuple(transfers))
+        return cls(collective, topology, tuple(ranks), algorithm, params, tuple(transfers), topology_file,
+                   topology_sha256)
 
     @classmethod
     def from_json(cls, text: str, source: str = "") -> Schedule:
@@ -231,7 +240,38 @@ class Schedule:
     @classmethod
     def from_file(cls, path: str | Path) -> Schedule:
         """Load a schedule file; raises :class:`InputError` naming the file and field."""
-        return cls.from_dict(read_document(path), str(path))
+        from synth import limits
+
+        return cls.from_dict(read_document(path, max_bytes=int(limits.limit_value("max_schedule_bytes"))), str(path))
+
+
+def _topology_source(data: dict[str, Any], source: str) -> tuple[str | None, str | None]:
+    """The optional ``topology_file`` and ``topology_sha256`` header fields, validated."""
+    topology_file = data.get("topology_file")
+    if topology_file is not None and (not isinstance(topology_file, str) or not topology_file.strip()
+                                      or "\0" in topology_file or len(topology_file) > 4096):
+        raise InputError(source, "topology_file", "expected a file path (a non-empty string)")
+    digest = data.get("topology_sha256")
+    if digest is not None and (not isinstance(digest, str) or len(digest) != 64
+                               or any(ch not in "0123456789abcdef" for ch in digest)):
+        raise InputError(source, "topology_sha256", "expected 64 lower-case hex digits")
+    return topology_file, digest
+
+
+def _check_size(collective: Collective, transfers: int, source: str) -> None:
+    """Refuse, before building anything, a schedule over the transfer limit, or one whose declared size
+    implies far more work than its transfers could do (a 1 KB file claiming 10^12 chunks). Checking a
+    schedule costs about ranks x chunk ids plus its transfers; every correct schedule has at least
+    :func:`synth.limits.min_transfers` >= ranks x chunk ids / 2 transfers, so a declared size beyond twice
+    the transfers (plus a margin for small wrong schedules, which the verifier explains) cannot be right."""
+    from synth import limits
+
+    limits.check_transfers(transfers, f"the schedule in {source or 'the input'}", hint="")
+    cells = collective.num_ranks * collective.chunks
+    if cells > 2 * transfers + 1_000_000:
+        least = limits.min_transfers(collective.kind, collective.num_ranks, collective.chunks)
+        raise InputError(source, "chunks", f"{collective.chunks:,} chunks on {collective.num_ranks} ranks need at "
+                         f"least {least:,} transfers for a {collective.kind}, the schedule has {transfers:,}")
 
 
 def _transfer_dict(t: Transfer) -> dict[str, Any]:
@@ -287,11 +327,19 @@ class ScheduleBuilder:
         self.params = dict(params or {})
         self.transfers: list[Transfer] = []
         self.scratch_used = [0] * collective.num_ranks
+        from synth import limits
+
+        self._cap = int(limits.limit_value("max_transfers"))
 
     def add(self, src: int, dst: int, chunk: int, path: Iterable[str], op: Literal["copy", "reduce"] = COPY,
             deps: Iterable[int] = (), src_scratch: int | None = None, dst_scratch: int | None = None) -> int:
         """Append a transfer and return its id; deps are de-duplicated and sorted."""
         tid = len(self.transfers)
+        if tid >= self._cap:  # the cap holds on what is built, not only on the estimate made before building
+            from synth import limits
+
+            limits.check_transfers(tid + 1, f"{self.algorithm} {self.collective.kind} on {len(self.ranks)} gpus "
+                                   f"with {self.collective.chunks} chunks")
         self.transfers.append(Transfer(tid, src, dst, chunk, op, tuple(path), tuple(sorted(set(deps))),
                                        src_scratch, dst_scratch))
         return tid

@@ -268,7 +268,11 @@ def parse_spec(data: Any, source: str = "") -> Sweep:
 
     total = math.prod(len(values) for values in axes.values()) * len(pairs)
     if total > MAX_POINTS:
-        raise LimitError(f"{source}: the spec expands to {total} points, more than the limit of {MAX_POINTS}")
+        raise LimitError(f"{source}: the spec expands to {total:,} points, more than the limit of {MAX_POINTS:,}")
+    from synth import limits
+
+    limits.check("max_sweep_rows", total * len(sizes), f"the sweep {source or ''} ({total:,} points x "
+                 f"{len(sizes)} sizes)".replace("  ", " "), hint="use fewer grid values or sizes")
     points: list[Point] = []
     names = list(axes)
     for combination in itertools.product(*axes.values()):
@@ -378,23 +382,40 @@ def _range(spec: dict[str, Any], source: str, where: str,
         factor = _number(spec["times"], source, f"{where}.times")
         if factor <= 1 or start <= 0:
             raise InputError(source, where, "a geometric range needs times > 1 and from > 0")
-        current = start
-        while current <= stop and len(values) <= MAX_AXIS_VALUES:
-            values.append(current)
-            current *= factor
+        # count the values before making them: times 1.0000001 would otherwise mean 10^5 exact fractions of
+        # up to 700,000 digits each
+        count = math.floor(math.log(float(stop / start)) / math.log(float(factor)) + 1e-9) + 1 if stop >= start else 0
+        _check_axis_count(count, source, where, "times")
+        if factor.denominator == 1 and start.denominator == 1:
+            current = start
+            while current <= stop:
+                values.append(current)
+                current *= factor
+        else:  # not exact anyway: 15 significant digits, no digit growth
+            for index in range(count + 1):
+                value = Fraction(float(f"{float(start) * float(factor) ** index:.15g}"))
+                if value > stop:
+                    break
+                values.append(value)
     else:
         step = _number(spec.get("step", 1), source, f"{where}.step")
         if step <= 0:
             raise InputError(source, f"{where}.step", f"expected a positive step, got {spec.get('step')!r}")
+        count = math.floor((stop - start) / step) + 1 if stop >= start else 0
+        _check_axis_count(count, source, where, "step")
         current = start
-        while current <= stop and len(values) <= MAX_AXIS_VALUES:
+        while current <= stop:
             values.append(current)
             current += step
-    if len(values) > MAX_AXIS_VALUES:
-        raise LimitError(f"{source}: {where}: the range has more than {MAX_AXIS_VALUES} values")
     if not values:
         raise InputError(source, where, f"empty range: from {spec['from']!r} is above to {spec['to']!r}")
     return [int(v) if integral and v.denominator == 1 else float(v) for v in values]
+
+
+def _check_axis_count(count: int, source: str, where: str, knob: str) -> None:
+    if count > MAX_AXIS_VALUES:
+        raise LimitError(f"{source}: {where}: the range would have {count:,} values, more than the limit of "
+                         f"{MAX_AXIS_VALUES:,}; use a larger {knob}")
 
 
 def _sizes(value: Any, source: str, parse_size: Callable[[Any, str], int]) -> list[int]:
@@ -492,9 +513,12 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
         topology = _build_topology(point.topology, json.dumps(point.params, sort_keys=True, default=list))
     except Exception as error:  # a bad parameter value fails this point only
         return failed_rows(point, sizes, ERROR, f"building the topology: {_error_text(error)}")
+    from synth import limits
+
     try:
+        limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), "the bound")
         bound = _bound(topology, point.collective)
-    except Exception:  # a bound is optional information; its absence is not the point's failure
+    except Exception:  # a bound is optional information (and skipped when over its limit)
         bound = None
     started = time.perf_counter()
     try:
@@ -538,7 +562,19 @@ def read_results(path: str | Path) -> list[Row]:
     if missing:
         raise InputError(str(path), "", f"exists but is not a synth sweep result (no {', '.join(sorted(missing))} "
                          "column); choose another output")
-    return table.to_pylist()
+    import pyarrow as pa
+
+    expected = {"point_id": pa.string(), "size": pa.int64(), "status": pa.string()}
+    for name, kind in expected.items():
+        if table.schema.field(name).type != kind:
+            raise InputError(str(path), name, f"the column has type {table.schema.field(name).type}, not {kind}: not "
+                             "a synth sweep result (or a damaged one); choose another output")
+    rows = table.to_pylist()
+    for index, row in enumerate(rows):
+        if row["point_id"] is None or row["size"] is None or row["status"] not in (OK, NOT_APPLICABLE, ERROR):
+            raise InputError(str(path), f"row {index}", "has no point_id or size, or an unknown status: a damaged "
+                             "sweep result; choose another output")
+    return rows
 
 
 def _column_type(values: Iterable[Any]) -> Any:
@@ -694,14 +730,15 @@ class _DaskRunner:
 
         self.cluster = None
         if scheduler:
+            check_scheduler(scheduler, connect_timeout)
             try:
                 self.client = Client(scheduler, timeout=f"{connect_timeout}s")
-            except (OSError, TimeoutError) as error:
-                raise InputError("--scheduler", "", f"cannot reach a Dask scheduler at {scheduler} "
+            except Exception as error:  # noqa: BLE001  (any failure to connect is the address's problem)
+                raise InputError("--scheduler", "", f"cannot reach a Dask scheduler at {scheduler!r} "
                                  f"({_error_text(error)})") from None
             try:
                 self.client.wait_for_workers(1, timeout=connect_timeout)
-            except (OSError, TimeoutError):
+            except Exception:  # noqa: BLE001
                 self.client.close()
                 raise InputError("--scheduler", "", f"the Dask scheduler at {scheduler} has no workers "
                                  f"(waited {connect_timeout:g} s)") from None
@@ -754,6 +791,46 @@ class _DaskRunner:
                 self.cluster.close()
 
 
+#: Dask address schemes a ``--scheduler`` may use.
+SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+#: Most local worker processes a sweep starts.
+MAX_WORKERS = 512
+
+
+def check_scheduler(address: str, timeout: float = 5.0) -> None:
+    """Refuse a ``--scheduler`` address that is malformed or does not answer, in seconds rather than after
+    Dask's retries; nothing is written before it answers.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_scheduler("bogus://x")
+    ... except InputError as error:
+    ...     print(error)
+    --scheduler: expected an address such as tcp://HOST:8786, got 'bogus://x'
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    text = str(address).strip()
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in SCHEDULER_SCHEMES or len(text) > 1000 or not text.isprintable() or (
+            parts.scheme in ("tcp", "tls", "ws", "wss") and (not parts.hostname or port is None)):
+        raise InputError("--scheduler", "", f"expected an address such as tcp://HOST:8786, got {text[:100]!r}")
+    if parts.scheme not in ("tcp", "tls", "ws", "wss"):
+        return
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=min(timeout, 10.0)):
+            pass
+    except OSError as error:
+        raise InputError("--scheduler", "", f"cannot reach a Dask scheduler at {text!r} "
+                         f"({error.strerror or type(error).__name__})") from None
+
+
 def run_sweep(sweep: Sweep, output: str | Path, *, scheduler: str | None = None, workers: int | None = None,
               flush_seconds: float = 5.0, flush_points: int = 0, retry_errors: bool = False,
               connect_timeout: float = 30.0, progress: Callable[[Progress], None] | None = None,
@@ -794,9 +871,17 @@ def run_sweep(sweep: Sweep, output: str | Path, *, scheduler: str | None = None,
     if scheduler and workers is not None:
         raise InputError("--workers", "", "sets the size of the local cluster; an external scheduler "
                          "(--scheduler) brings its own workers")
-    if workers is not None and workers < 1:
-        raise InputError("--workers", "", f"expected at least 1, got {workers}")
-    output = Path(output)
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise InputError("--workers", "", f"expected 1 to {MAX_WORKERS}, got {workers}")
+    for name, value in (("--flush-seconds", flush_seconds), ("--connect-timeout", connect_timeout)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 \
+                or value > 10**6:
+            raise InputError(name, "", f"expected a number of seconds from 0 to 1000000, got {value!r}")
+    from synth.fileio import check_output_file
+
+    output = check_output_file(output)
+    if scheduler:
+        check_scheduler(scheduler, connect_timeout)
     started = time.perf_counter()
     with _output_lock(output):
         existing = read_results(output)
@@ -825,7 +910,7 @@ def run_sweep(sweep: Sweep, output: str | Path, *, scheduler: str | None = None,
             return (1, others[pid], 0, size)
 
         flushes = 0
-        dirty = bool(rerun) or not output.exists()
+        dirty = bool(rerun)  # a file is written once rows change: never an empty one for a run that did not start
 
         def flush() -> None:
             nonlocal flushes, dirty

@@ -39,8 +39,9 @@ SWITCH = "switch"
 MAX_BANDWIDTH = 1e6
 #: Largest accepted link latency in µs (1000 s).
 MAX_LATENCY = 1e9
-#: Largest accepted topology file, in bytes.
-MAX_FILE_BYTES = 32 * 1024 * 1024
+#: Smallest accepted link bandwidth in GB/s (1 kB/s): smaller values (1e-300, subnormals) are typos or
+#: overflow bait, and would turn every time into infinity.
+MIN_BANDWIDTH = 1e-6
 #: Largest accepted number of nodes.
 MAX_NODES = 200_000
 
@@ -82,7 +83,10 @@ class _NodeModel(BaseModel):
 
 def _finite_number(value: Any, what: str, lower: float, upper: float, strict_lower: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number ({what}), got {type(value).__name__} {value!r}")
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:50] + "..."
+        raise ValueError(f"expected a number ({what}), got {type(value).__name__} {shown}")
+    if isinstance(value, int) and abs(value) > 10**30:
+        raise ValueError(f"expected at most {upper:g} ({what}), got an integer of {len(str(abs(value)))} digits")
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"expected a finite number ({what}), got {value!r}")
@@ -92,6 +96,17 @@ def _finite_number(value: Any, what: str, lower: float, upper: float, strict_low
     if number > upper:
         raise ValueError(f"expected at most {upper:g} ({what}), got {value!r}")
     return number
+
+
+def _bandwidth_value(value: Any) -> float:
+    number = _finite_number(value, "GB/s per direction", 0.0, MAX_BANDWIDTH, strict_lower=True)
+    if number < MIN_BANDWIDTH:
+        raise ValueError(f"expected at least {MIN_BANDWIDTH:g} GB/s (GB/s per direction), got {value!r}")
+    return number
+
+
+def _latency_value(value: Any) -> float:
+    return _finite_number(value, "microseconds", 0.0, MAX_LATENCY, strict_lower=False)
 
 
 class _LinkModel(BaseModel):
@@ -112,12 +127,12 @@ class _LinkModel(BaseModel):
     @field_validator("bandwidth")
     @classmethod
     def _bandwidth(cls, value: Any) -> float:
-        return _finite_number(value, "GB/s per direction", 0.0, MAX_BANDWIDTH, strict_lower=True)
+        return _bandwidth_value(value)
 
     @field_validator("latency")
     @classmethod
     def _latency(cls, value: Any) -> float:
-        return _finite_number(value, "microseconds", 0.0, MAX_LATENCY, strict_lower=False)
+        return _latency_value(value)
 
 
 class _DimensionModel(BaseModel):
@@ -137,12 +152,12 @@ class _DimensionModel(BaseModel):
     @field_validator("bandwidth")
     @classmethod
     def _bandwidth(cls, value: Any) -> float:
-        return _finite_number(value, "GB/s per direction", 0.0, MAX_BANDWIDTH, strict_lower=True)
+        return _bandwidth_value(value)
 
     @field_validator("latency")
     @classmethod
     def _latency(cls, value: Any) -> float:
-        return _finite_number(value, "microseconds", 0.0, MAX_LATENCY, strict_lower=False)
+        return _latency_value(value)
 
 
 class _TopologyModel(BaseModel):
@@ -302,6 +317,9 @@ class Topology:
             )
             if math.prod(d.size for d in dims) != len(gpus):
                 raise InputError(source, "dimensions", f"product of sizes must equal the gpu count {len(gpus)}")
+            problem = _dimension_mismatch(graph, gpus, dims)
+            if problem:
+                raise InputError(source, "dimensions", f"the links do not match the declared dimensions: {problem}")
         return cls(
             name=model.name,
             graph=nx.freeze(graph),
@@ -431,6 +449,112 @@ class Topology:
                 f"links={self.graph.number_of_edges()})")
 
 
+def _dimension_mismatch(graph: nx.DiGraph, gpus: list[str], dims: tuple[Dimension, ...]) -> str:
+    """Why the links are not exactly the product the dimensions declare ("" when they are).
+
+    Rank = x0 + n0*(x1 + ...). A Ring dimension links each gpu to its neighbours in its group (one link
+    when the size is 2), a FullyConnected one every pair of its group, both ways, at the dimension's
+    bandwidth and latency; a Switch dimension has one switch per group linked both ways to every member
+    and to nothing else. Nothing else may be linked: ASTRA-sim exports describe the system by its
+    dimensions alone, so a file whose dimensions disagree with its links would be simulated wrongly.
+    """
+    rank = {gpu: index for index, gpu in enumerate(gpus)}
+    strides = [math.prod(d.size for d in dims[:index]) for index in range(len(dims))]
+
+    def close(a: float, b: float) -> bool:
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+    expected: dict[tuple[int, int], tuple[int, Dimension]] = {}
+    for index, dim in enumerate(dims):
+        if dim.kind == "Switch":
+            continue
+        stride, p = strides[index], dim.size
+        for r in range(len(gpus)):
+            x = (r // stride) % p
+            base = r - x * stride
+            partners = [(x + 1) % p, (x - 1) % p] if dim.kind == "Ring" else range(p)
+            for y in partners:
+                if y != x:
+                    expected[(r, base + y * stride)] = (index, dim)
+    seen_pairs = 0
+    for u, v, data in graph.edges(data=True):
+        if u in rank and v in rank:
+            key = (rank[u], rank[v])
+            if key not in expected:
+                return f"link {u!r} -> {v!r} belongs to no dimension"
+            index, dim = expected[key]
+            if not close(data["bandwidth"], dim.bandwidth) or not close(data["latency"], dim.latency):
+                return (f"link {u!r} -> {v!r} has {data['bandwidth']:g} GB/s and {data['latency']:g} µs, but dimension "
+                        f"{index} ({dim.kind}) declares {dim.bandwidth:g} GB/s and {dim.latency:g} µs")
+            seen_pairs += 1
+    if seen_pairs != len(expected):
+        missing = next((key for key in expected if not graph.has_edge(gpus[key[0]], gpus[key[1]])), None)
+        if missing is not None:
+            index, dim = expected[missing]
+            return f"dimension {index} ({dim.kind}) needs a link {gpus[missing[0]]!r} -> {gpus[missing[1]]!r}"
+    switch_dims = [index for index, dim in enumerate(dims) if dim.kind == "Switch"]
+    covered: set[tuple[int, int]] = set()
+    for node, kind in graph.nodes(data="type"):
+        if kind != SWITCH:
+            continue
+        outs = set(graph.successors(node))
+        ins = set(graph.predecessors(node))
+        if outs != ins or not outs or any(m not in rank for m in outs):
+            return f"switch {node!r} is not linked both ways to gpus only, so no Switch dimension describes it"
+        members = sorted(rank[m] for m in outs)
+        match = None
+        for index in switch_dims:
+            stride, p = strides[index], dims[index].size
+            base = members[0] - ((members[0] // stride) % p) * stride
+            if members == [base + y * stride for y in range(p)]:
+                match = index
+                group = (index, base)
+                break
+        if match is None:
+            return f"switch {node!r} joins gpus that are not one group of a Switch dimension"
+        dim = dims[match]
+        for member in outs:
+            for a, b in ((member, node), (node, member)):
+                data = graph.edges[a, b]
+                if not close(data["bandwidth"], dim.bandwidth) or not close(data["latency"], dim.latency):
+                    return (f"link {a!r} -> {b!r} has {data['bandwidth']:g} GB/s and {data['latency']:g} µs, but "
+                            f"dimension {match} (Switch) declares {dim.bandwidth:g} GB/s and {dim.latency:g} µs")
+        if group in covered:
+            return f"switch {node!r} duplicates another switch of dimension {match}"
+        covered.add(group)
+    wanted = sum(len(gpus) // dims[index].size for index in switch_dims)
+    if len(covered) != wanted:
+        return f"the Switch dimensions need {wanted} switches, one per group; {len(covered)} found"
+    return ""
+
+
+def fingerprint(topology: Topology) -> str:
+    """SHA-256 of the topology's structure: gpus in rank order, switches, every directed link with its
+    bandwidth and latency, boxes, forwarding gpus and dimensions (not its name, description or metadata). A schedule
+    records it, so a different topology with the same gpu count is refused instead of silently used.
+
+    Examples
+    --------
+    >>> a = Topology.build("a", ["x", "y"], [], [("x", "y", 10.0)])
+    >>> b = Topology.build("b", ["x", "y"], [], [("x", "y", 10.0)])
+    >>> fingerprint(a) == fingerprint(b), fingerprint(a) == fingerprint(Topology.build("a", ["x", "y"], [], [("x", "y", 20.0)]))
+    (True, False)
+    """
+    import hashlib
+
+    canonical = {
+        "gpus": list(topology.gpus),
+        "switches": sorted(topology.switches),
+        "links": sorted([link.src, link.dst, repr(link.bandwidth), repr(link.latency)] for link in topology.links()),
+        "boxes": list(topology.boxes) if topology.boxes is not None else None,
+        "forwarding": sorted(g for g in topology.gpus if topology.forwards(g)),
+        "dimensions": [[d.kind, d.size, repr(float(d.bandwidth)), repr(float(d.latency))] for d in topology.dimensions]
+        if topology.dimensions else None,
+    }
+    text = json.dumps(canonical, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
 def _check_gpu_connectivity(graph: nx.DiGraph, gpus: list[str], source: str) -> None:
     first = gpus[0]
     forward = nx.descendants(graph, first) | {first}
@@ -442,49 +566,203 @@ def _check_gpu_connectivity(graph: nx.DiGraph, gpus: list[str], source: str) -> 
             raise InputError(source, "links", f"gpu {gpu!r} cannot reach gpu {first!r}")
 
 
-def read_document(path: str | Path) -> Any:
-    """Read a JSON or YAML document with size, encoding and syntax checks; raises :class:`InputError`."""
+#: Deepest nesting of lists and objects accepted in any document (a real topology or schedule needs 4).
+MAX_DEPTH = 64
+#: Most decimal digits accepted in one integer of a document (2^64 has 20).
+MAX_INTEGER_DIGITS = 30
+#: Most values YAML aliases may add to a document beyond its distinct values.
+MAX_ALIAS_EXPANSION = 1_000_000
+
+
+def read_document(path: str | Path, max_bytes: int | None = None) -> Any:
+    """Read a JSON or YAML document with size, encoding and syntax checks; raises :class:`InputError`.
+
+    ``max_bytes`` defaults to the ``max_input_bytes`` limit (see :mod:`synth.limits`). Every document is
+    checked as in :func:`parse_json` and :func:`parse_yaml`.
+    """
+    from synth import limits
+
     path = Path(path)
     source = str(path)
     try:
-        size = path.stat().st_size
+        info = path.stat()
+    except OSError as error:
+        if error.errno == 2:
+            raise InputError(source, "", "no such file") from None
+        raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
+    import stat
+
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(source, "", "not a regular file")
+    size = info.st_size
+    limit = int(limits.limit_value("max_input_bytes")) if max_bytes is None else max_bytes
+    yaml_file = path.suffix.lower() in (".yaml", ".yml")
+    if yaml_file:
+        limit = min(limit, int(limits.limit_value("max_yaml_bytes")))
+    if size > limit:
+        variable = "SYNTH_MAX_YAML_BYTES; use JSON for larger files" if yaml_file and size <= (
+            max_bytes or limits.limit_value("max_input_bytes")) else "SYNTH_MAX_INPUT_BYTES"
+        raise InputError(source, "", f"file is {size} bytes, more than the limit of {limit} ({variable})")
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(limit + 1)
     except OSError as error:
         raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
-    if not path.is_file():
-        raise InputError(source, "", "not a regular file")
-    if size > MAX_FILE_BYTES:
-        raise InputError(source, "", f"file is {size} bytes, more than the limit of {MAX_FILE_BYTES}")
+    if len(raw) > limit:
+        raise InputError(source, "", f"file is more than the limit of {limit} bytes")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(source, "", f"not valid UTF-8 at byte {error.start}") from None
-    except OSError as error:
-        raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if yaml_file:
         return parse_yaml(text, source)
     return parse_json(text, source)
 
 
 def parse_json(text: str, source: str) -> Any:
-    """Parse JSON text, rejecting NaN/Infinity literals and excessive nesting with a clear message."""
+    """Parse JSON text, refusing what no synth document contains: NaN/Infinity literals, numbers that
+    overflow, integers of more than :data:`MAX_INTEGER_DIGITS` digits, duplicate keys, nesting deeper
+    than :data:`MAX_DEPTH`, and unpaired surrogates (``"\\ud800"``, not Unicode text).
+
+    Examples
+    --------
+    >>> parse_json('{"a": [1, 2.5]}', "x")
+    {'a': [1, 2.5]}
+    >>> try:
+    ...     parse_json('{"a": 1, "a": 2}', "x.json")
+    ... except InputError as error:
+    ...     print(error)
+    x.json: duplicate key 'a' (a key may appear once in an object)
+    """
 
     def _reject_constant(name: str) -> None:
         raise InputError(source, "", f"{name} is not allowed in JSON input")
 
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         raise InputError(source, "", f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
     except RecursionError:
         raise InputError(source, "", "JSON nesting is too deep") from None
+    except _DuplicateKey as error:
+        raise InputError(source, "", f"duplicate key {error.key!r} (a key may appear once in an object)") from None
+    except ValueError as error:  # Python's own limit on integer digits
+        if "digits" in str(error):
+            raise InputError(source, "", f"an integer has more than {MAX_INTEGER_DIGITS} digits") from None
+        raise InputError(source, "", f"invalid JSON: {error}") from None
+    check_document(data, source, shared=False, surrogates="\\u" in text, kind="JSON")
+    return data
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[Any] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return result
+
+
+def check_document(data: Any, source: str, shared: bool = True, surrogates: bool = True, kind: str = "YAML") -> None:
+    """Refuse a parsed document with nesting deeper than :data:`MAX_DEPTH`, a number that is not finite,
+    an integer of more than :data:`MAX_INTEGER_DIGITS` digits, an unpaired surrogate in a string, or (YAML
+    aliases, ``shared``) aliases that add more than :data:`MAX_ALIAS_EXPANSION` values when expanded.
+
+    The field is named as a dotted path (``links.0.bandwidth``). Cost: linear in the distinct values.
+    """
+    big = 10**MAX_INTEGER_DIGITS
+    memo: dict[int, tuple[int, int]] = {}  # id -> (depth, expanded size), for shared (aliased) containers
+    # iterative post-order walk: (value, path, depth, children-done)
+    stack: list[tuple[Any, tuple[Any, ...], int, bool]] = [(data, (), 1, False)]
+    sizes: list[int] = []
+    depths: list[int] = []
+    expanded = 0  # values that aliases add beyond the distinct ones
+    while stack:
+        value, path, depth, done = stack.pop()
+        if isinstance(value, dict | list):
+            key = id(value)
+            if done:
+                count = len(value)
+                child_sizes = sizes[len(sizes) - count:] if count else []
+                child_depths = depths[len(depths) - count:] if count else []
+                del sizes[len(sizes) - count:]
+                del depths[len(depths) - count:]
+                size = 1 + sum(child_sizes)
+                deepest = 1 + max(child_depths, default=0)
+                if shared:
+                    memo[key] = (deepest, size)
+                sizes.append(size)
+                depths.append(deepest)
+                continue
+            if depth > MAX_DEPTH:
+                raise InputError(source, _dotted(path), f"{kind} nesting is too deep (more than {MAX_DEPTH} levels)")
+            if shared and key in memo:
+                sub_depth, size = memo[key]
+                expanded += size
+                if expanded > MAX_ALIAS_EXPANSION:
+                    raise InputError(source, _dotted(path), f"YAML aliases expand the document by more than "
+                                     f"{MAX_ALIAS_EXPANSION:,} values (an alias bomb?)")
+                if depth + sub_depth - 1 > MAX_DEPTH:
+                    raise InputError(source, _dotted(path), f"{kind} nesting is too deep (more than {MAX_DEPTH} "
+                                     "levels)")
+                sizes.append(size)
+                depths.append(sub_depth)
+                continue
+            stack.append((value, path, depth, True))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for name, item in items:
+                if isinstance(name, str) and surrogates:
+                    _check_text(name, source, path)
+                stack.append((item, (*path, name), depth + 1, False))
+            continue
+        if isinstance(value, float):
+            if value != value or value in (math.inf, -math.inf):
+                raise InputError(source, _dotted(path), f"expected a finite number, got {value!r} (out of range)")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not -big < value < big:
+                raise InputError(source, _dotted(path), f"an integer of more than {MAX_INTEGER_DIGITS} digits is "
+                                 "not accepted")
+        elif isinstance(value, str) and surrogates:
+            _check_text(value, source, path)
+        sizes.append(1)
+        depths.append(0)
+
+
+def _check_text(text: str, source: str, path: tuple[Any, ...]) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(source, _dotted(path), f"the text holds an unpaired surrogate {text[error.start]!a}, which "
+                         "is not Unicode text") from None
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    if len(path) > 8:
+        return _dotted(path[:6]) + "..."
+    return ".".join(repr(part) if isinstance(part, str) and not part.isprintable() else str(part) for part in path)
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    """Parse YAML text safely (no python tags), with a clear message on errors."""
+    """Parse YAML text safely (no python tags), refusing duplicate keys, integers of more than
+    :data:`MAX_INTEGER_DIGITS` digits (hex and octal too) and everything :func:`check_document` refuses.
+
+    Examples
+    --------
+    >>> parse_yaml("a: [1, 0x10]", "x")
+    {'a': [1, 16]}
+    """
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506  (a SafeLoader subclass)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -492,3 +770,51 @@ def parse_yaml(text: str, source: str) -> Any:
         raise InputError(source, "", f"invalid YAML{where}: {problem}") from None
     except RecursionError:
         raise InputError(source, "", "YAML nesting is too deep") from None
+    check_document(data, source, shared=True)
+    return data
+
+
+_LOADER: Any = None
+
+
+def _strict_loader() -> Any:
+    """A YAML SafeLoader (the C one when available) that refuses duplicate keys and huge integers."""
+    global _LOADER
+    if _LOADER is not None:
+        return _LOADER
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(base):  # type: ignore[valid-type,misc]
+        pass
+
+    def mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+        loader.flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # an unhashable key: the constructor below reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (a key may appear once "
+                                                        "in a mapping)", key_node.start_mark)
+        return loader.construct_mapping(node, deep=deep)
+
+    def integer(loader: Any, node: Any) -> Any:
+        body = str(node.value).lstrip("+-").replace("_", "")
+        if body[:2].lower() in ("0x", "0o", "0b"):
+            body = body[2:]
+        digits = sum(ch.isalnum() for ch in body)
+        if digits > MAX_INTEGER_DIGITS:
+            raise yaml.constructor.ConstructorError(None, None, f"an integer of {digits} digits is not accepted (at "
+                                                    f"most {MAX_INTEGER_DIGITS})", node.start_mark)
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:map", mapping)
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", integer)
+    _LOADER = StrictLoader
+    return _LOADER

@@ -23,9 +23,11 @@ Order is the transitive closure of ``deps``. Transfers are replayed in a topolog
 accesses to a cell are checked to be ordered, every topological order gives the same values, so one
 replay proves the result for every execution the deps allow.
 
-Cost: linear in transfers plus the ancestor queries for accesses that are not direct deps; those jump
-along chains of single-dependency transfers (see :class:`_Reachability`), so a ring or tree schedule of
-a million transfers verifies in seconds (``python -m bench --only core``).
+Cost: linear in transfers plus the ancestor queries for accesses that are not direct deps; those are
+answered by a tree numbering of the deps and a search that jumps along single-dependency stretches (see
+:class:`_Reachability`), so a ring or tree schedule of a million transfers verifies in seconds
+(``python -m bench --only core``), and schedules whose transfers have several deps each stay near-linear.
+The search is bounded by the ``max_verify_steps`` limit (:mod:`synth.limits`).
 """
 
 from __future__ import annotations
@@ -187,64 +189,121 @@ def _topological_order(schedule: Schedule) -> tuple[list[int], list[int]]:
 
 
 class _Reachability:
-    """Answers 'is a an ancestor of b' (a path of deps from b back to a).
+    """Answers 'is a an ancestor of b' (a path of deps from b back to a), near-linear in practice.
 
-    Transfers are grouped into chains: a transfer whose only dep is ``d``, and which is the first such
-    transfer after ``d``, continues ``d``'s chain. Every ancestor of a chain member is then either an
-    earlier member of its chain or an ancestor of the chain's head, so a backward search jumps from chain
-    head to chain head instead of walking transfer by transfer (a ring's chunk chain is one step). The
-    search is pruned by topological position: nothing placed before ``a`` can have ``a`` as an ancestor.
+    Every transfer with deps gets one *tree parent*: the dep placed last in the topological order; its other
+    deps are *side deps*. The parents form a forest numbered by a depth-first walk, so "a is a tree ancestor
+    of b" is two comparisons (pre/post numbers). Any other path from b back to a leaves the tree path at a
+    side dep of some tree ancestor of b, so a search walks up b's tree path from one transfer that has side
+    deps to the next (``up``), skipping every single-dep stretch (a ring's chunk chain is one step), and
+    tries each side dep the same way. Searches are pruned by topological position (nothing placed before
+    ``a`` can have ``a`` as an ancestor) and never visit a transfer twice. A schedule whose transfers each
+    depend on the previous two, or that chains every transfer after its data and its link predecessor,
+    answers every query in a few steps.
+
+    The verifier only ever needs positive answers but one (a negative answer ends verification), so the
+    cost is the work of the positive searches; it is bounded by the ``max_verify_steps`` limit, past which
+    verification stops with a :class:`~synth.errors.LimitError` rather than running for hours.
     """
 
     def __init__(self, schedule: Schedule, order: list[int], topo_index: list[int]) -> None:
+        from synth import limits
+
         transfers = schedule.transfers
         count = len(transfers)
-        self.deps = deps = [t.deps for t in transfers]
         self.topo_index = topo_index
-        chain = [0] * count
-        position = [0] * count
-        heads: list[int] = []
-        extended = bytearray(count)
+        parent = [-1] * count
+        side: list[tuple[int, ...]] = [()] * count
+        up = [-1] * count
         for tid in order:
-            tdeps = deps[tid]
-            if len(tdeps) == 1 or (len(tdeps) > 1 and min(tdeps) == max(tdeps)):
-                parent = tdeps[0]
-                if not extended[parent]:
-                    extended[parent] = 1
-                    chain[tid] = chain[parent]
-                    position[tid] = position[parent] + 1
-                    continue
-            chain[tid] = len(heads)
-            heads.append(tid)
-        self.chain = chain
-        self.position = position
-        self.heads = heads
+            tdeps = transfers[tid].deps
+            if not tdeps:
+                continue
+            if len(tdeps) == 1:
+                first = tdeps[0]
+                parent[tid] = first
+                up[tid] = up[first]
+                continue
+            best = max(tdeps, key=topo_index.__getitem__)
+            parent[tid] = best
+            others = tuple(sorted({d for d in tdeps if d != best}))
+            if others:
+                side[tid] = others
+                up[tid] = tid
+            else:
+                up[tid] = up[best]
+        # preorder numbering of the forest: a is a tree ancestor of b iff pre[a] <= pre[b] < end[a]. A parent
+        # precedes its children in the topological order, so subtree sizes come from one backward pass and
+        # each subtree gets a contiguous block of numbers in one forward pass.
+        size = [1] * count
+        for tid in reversed(order):
+            above = parent[tid]
+            if above >= 0:
+                size[above] += size[tid]
+        pre = [0] * count
+        slot = [0] * count
+        clock = 0
+        for tid in order:
+            above = parent[tid]
+            if above < 0:
+                start = clock
+                clock += size[tid]
+            else:
+                start = slot[above]
+                slot[above] = start + size[tid]
+            pre[tid] = start
+            slot[tid] = start + 1
+        end = [p + n for p, n in zip(pre, size, strict=True)]
+        self.parent = parent
+        self.side = side
+        self.up = up
+        self.pre = pre
+        self.end = end
+        self.mark = [0] * count
+        self.query = 0
+        self.steps = 0
+        self.budget = limits.limit_value("max_verify_steps")
+        self.count = count
 
     def before(self, a: int, b: int) -> bool:
         """True when transfer ``a`` must finish before ``b`` starts (``a`` is a transitive dep of ``b``)."""
-        chain = self.chain
-        target_chain = chain[a]
-        if chain[b] == target_chain:
-            return self.position[b] > self.position[a]
+        pre, end = self.pre, self.end
+        if pre[a] <= pre[b] < end[a]:
+            return a != b
         topo = self.topo_index
         limit = topo[a]
         if limit >= topo[b]:
             return False
-        deps, heads, position = self.deps, self.heads, self.position
-        target_position = position[a]
-        visited = {chain[b]}
-        stack = [chain[b]]
-        while stack:
-            for dep in deps[heads[stack.pop()]]:
-                dep_chain = chain[dep]
-                if dep_chain == target_chain:
-                    if position[dep] >= target_position:
-                        return True
-                    continue
-                if dep_chain not in visited and topo[dep] > limit:
-                    visited.add(dep_chain)
-                    stack.append(dep_chain)
-        return False
+        self.query += 1
+        query = self.query
+        mark, up, side, parent = self.mark, self.up, self.side, self.parent
+        pre_a, end_a = pre[a], end[a]
+        steps = 0
+        stack = [b]
+        found = False
+        while stack and not found:
+            walk = up[stack.pop()]
+            while walk >= 0 and topo[walk] > limit and mark[walk] != query:
+                mark[walk] = query
+                steps += 1
+                for dep in side[walk]:
+                    if pre_a <= pre[dep] < end_a:  # a is dep or a tree ancestor of it
+                        found = True
+                        break
+                    if topo[dep] > limit:
+                        stack.append(dep)
+                if found:
+                    break
+                above = parent[walk]
+                walk = up[above] if above >= 0 else -1
+        self.steps += steps
+        if self.steps > self.budget:
+            from synth import limits
+
+            limits.check("max_verify_steps", self.steps, f"proving the order of the {self.count:,} transfers' "
+                         "accesses", hint="the dependency graph is unusually tangled; give the transfers fewer, "
+                         "more direct deps")
+        return found
 
 
 def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
@@ -270,6 +329,7 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
     for tid in order:
         t = transfers[tid]
         deps = t.deps
+        listed = deps.__contains__ if len(deps) < 16 else frozenset(deps).__contains__  # many deps: a set
         level = max(map(depth.__getitem__, deps)) + 1 if deps else 1
         depth[tid] = level
         if level > deepest:
@@ -286,7 +346,7 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
             target = scratch_base + dst_slot * num_ranks + t.dst
         held = value.get(source, 0)
         writer = last_writer.get(source)
-        if writer is not None and writer not in deps and not before(writer, tid):
+        if writer is not None and not listed(writer) and not before(writer, tid):
             raise VerificationError(
                 f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)} that transfer {writer} writes, but "
                 f"{writer} is not among its transitive deps (it may not have arrived yet)", tid)
@@ -305,14 +365,14 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
             source_readers.append(tid)
 
         previous = last_writer.get(target)
-        if previous is not None and previous not in deps and not before(previous, tid):
+        if previous is not None and not listed(previous) and not before(previous, tid):
             raise VerificationError(
                 f"transfer {tid}: race on rank {t.dst} {_cell(dst_slot, chunk)}: transfers {previous} and {tid} both "
                 f"write it with no order between them", tid)
         target_readers = readers.get(target)
         if target_readers:
             for reader in target_readers:
-                if reader not in deps and not before(reader, tid):
+                if not listed(reader) and not before(reader, tid):
                     raise VerificationError(
                         f"transfer {tid}: race on rank {t.dst} {_cell(dst_slot, chunk)}: it overwrites the value that "
                         f"transfer {reader} reads, with no order between them", tid)

@@ -121,10 +121,13 @@ def test_a_50_megabyte_topology_file_is_refused_before_parsing(tmp_path, capsys,
     assert big.stat().st_size > 50 * 10**6
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    for args in (["show", str(big)], ["generate", str(big), "-c", "allgather", "-o", str(out_dir / "s.json")],
-                 ["verify", str(big), "-t", "ring:n=4"]):
+    for args in (["show", str(big)], ["generate", str(big), "-c", "allgather", "-o", str(out_dir / "s.json")]):
         line = assert_refused(run_cli(args, capsys, monkeypatch), str(big), "more than the limit", out_dir)
         assert "bytes" in line
+    # schedules have their own, larger limit (max_schedule_bytes); lowered here to 32 MiB for the test
+    monkeypatch.setenv("SYNTH_MAX_SCHEDULE_BYTES", str(32 * 2**20))
+    line = assert_refused(run_cli(["verify", str(big), "-t", "ring:n=4"], capsys, monkeypatch), str(big),
+                          "more than the limit of 33554432", out_dir)
 
 
 def test_a_folder_named_like_a_file(tmp_path, capsys, monkeypatch):

@@ -230,6 +230,12 @@ def test_bad_sizes_and_models(cli, tmp_path):
 def test_verify_on_the_wrong_topology_names_the_file(cli, tmp_path):
     out = tmp_path / "s.json"
     ok(cli("generate", "ring:n=4", "-c", "allgather", "-o", str(out)))
+    # the schedule records its topology's fingerprint: another topology is refused before verifying
+    line = assert_refused(cli("verify", str(out), "--topology", "switch:n=4"), str(out), "different topology")
+    # without the fingerprint (a schedule from elsewhere) the verifier says what is wrong
+    data = json.loads(out.read_text())
+    del data["topology_sha256"]
+    out.write_text(json.dumps(data))
     line = assert_refused(cli("verify", str(out), "--topology", "switch:n=4"), str(out), "transfer 0:")
     assert "not a link" in line
 

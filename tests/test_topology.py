@@ -274,7 +274,7 @@ finite_latencies = st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=1e
 @st.composite
 def random_documents(draw: Any) -> dict[str, Any]:
     """A random valid document: gpus and switches, a bidirectional spanning tree, extra links (some
-    one-way, some parallel), optional boxes and dimensions."""
+    one-way, some parallel), optional boxes."""
     num_gpus = draw(st.integers(2, 7))
     num_switches = draw(st.integers(0, 3))
     gpus = [f"g{i}" for i in range(num_gpus)]
@@ -294,10 +294,7 @@ def random_documents(draw: Any) -> dict[str, Any]:
     nodes += [{"id": s, "type": "switch"} for s in switches]
     document: dict[str, Any] = {"name": draw(st.text(min_size=1, max_size=8)),
                                 "description": draw(st.text(max_size=12)), "nodes": nodes, "links": links}
-    if draw(st.booleans()):
-        document["dimensions"] = [{"kind": draw(st.sampled_from(["Ring", "FullyConnected", "Switch"])),
-                                   "size": num_gpus, "bandwidth": draw(finite_bandwidths)}]
-    return document
+    return document  # declared dimensions must match the links exactly: see test_dimensions_round_trip
 
 
 @settings(max_examples=60, deadline=None)
@@ -318,3 +315,13 @@ def test_round_trip_to_dict_from_dict(document):
     assert graph_layout(compact) == graph_layout(topo)  # the same graph, neighbour order included
     assert compact.to_dict() == data
     assert topology_json(compact) == topology_json(topo)  # the writer is idempotent
+
+
+@pytest.mark.parametrize("spec", ["torus:dims=4x2x3", "multidim:kinds=Ring/Switch,sizes=4x2,bandwidths=50x25",
+                                  "hypercube:d=3", "ring:n=2", "switch:n=5"])
+def test_dimensions_round_trip(spec):
+    from synth.library import load_topology
+
+    topo = load_topology(spec)
+    again = Topology.from_dict(topo.to_dict(), "again")
+    assert again.dimensions == topo.dimensions and again.to_dict() == topo.to_dict()

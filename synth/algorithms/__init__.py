@@ -93,7 +93,13 @@ def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **opt
                 names = ", ".join(p for p in accepted if p not in ("topology", "kind"))
                 raise InputError("", "option", f"algorithm {algorithm!r} has no option {key!r}; it takes {names}")
     _check_limits(topology, kind, algorithm, options.get("chunks"))
-    return function(topology, kind, **options)
+    schedule = function(topology, kind, **options)
+    from synth import limits
+
+    # the cap holds on what was built (ScheduleBuilder also stops at it while building)
+    limits.check_transfers(len(schedule.transfers), f"{algorithm} {kind} on {topology.num_ranks} gpus with "
+                           f"{schedule.chunks} chunks")
+    return schedule
 
 
 def _check_limits(topology: Topology, kind: Kind, algorithm: str, chunks: Any) -> None:

@@ -118,7 +118,7 @@ from synth.algorithms.milp_instance import (
 )
 from synth.algorithms.utils import make_collective
 from synth.collectives import Collective, Kind
-from synth.errors import InfeasibleError, InputError, NotApplicable
+from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
 from synth.sketch import Sketch, load_sketch
 from synth.topology import Topology
@@ -539,6 +539,14 @@ def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item
 
     horizon = settings.sketch.epochs or 100_000
     if settings.epoch_us is not None:
+        # refuse before building: an epoch so short that one hop takes more epochs than the horizon would
+        # make every per-epoch table enormous (epoch_us 1e-9 on a 1 µs link: 10^9 epochs per hop)
+        slowest = max(link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links)
+        hop = slowest / settings.epoch_us
+        if hop > horizon:
+            raise LimitError(f"epoch_us {settings.epoch_us:g} makes the slowest link take {hop:,.0f} epochs, more than "
+                             f"the horizon of {horizon:,} epochs; use an epoch_us of at least "
+                             f"{slowest / horizon:.3g}")
         instance = make(settings.epoch_us)
         return (instance, *_best_plan(instance, horizon, scorer))
     times = [link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links]

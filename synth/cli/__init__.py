@@ -56,54 +56,137 @@ for _module in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console entry point: run the app, map user errors to one line on stderr and exit code 2."""
+    """Console entry point: run the app, map user errors to one line on stderr and exit code 2.
+
+    Ctrl-C and SIGTERM take the same path (exit code 130, no partial output); a second signal while
+    cleaning up is ignored. Standard streams that are closed, narrow or broken never cause a traceback.
+    """
+    from synth.cli.common import one_line
     from synth.errors import SynthError
 
-    ctrl_c, previous = _watch_ctrl_c()
+    _prepare_streams()
+    interrupted, restore = _watch_signals()
     try:
         code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
-        if code == 130 and ctrl_c:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
+        if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
             raise KeyboardInterrupt
         if isinstance(code, int) and code:
             sys.exit(code)
     except SynthError as error:
-        typer.echo(f"error: {error}", err=True)
-        sys.exit(2)
+        _fail(f"error: {one_line(str(error))}", 2)
     except KeyboardInterrupt:
         doing = " ".join(["synth", *sys.argv[1:]])
-        typer.echo(f"interrupted while running `{doing}`: no partial output was written", err=True)
-        sys.exit(130)
+        _fail(f"interrupted while running `{one_line(doing)}`: no partial output was written", 130)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.Abort:
-        typer.echo("aborted", err=True)
+        _fail("aborted", 1)
+    except BrokenPipeError:
+        _stdout_gone()
         sys.exit(1)
+    except RecursionError:
+        _fail("error: the input is nested too deeply to process", 2)
+    except MemoryError:
+        _fail("error: out of memory; use a smaller input, or lower the limits in synth.limits", 2)
+    except OSError as error:  # an operating-system failure outside the output layer: one line, the path and cause
+        where = f"{error.filename}: " if error.filename else ""
+        _fail(f"error: {one_line(where + (error.strerror or str(error)))}", 2)
     except Exception as error:  # click usage errors and the like
         import click
 
         # typer >= 0.20 raises its own vendored copy of click's exceptions (typer._click), not click's
         if isinstance(error, click.ClickException) or type(error).__module__.startswith("typer._click"):
-            error.show()  # type: ignore[attr-defined]
+            try:
+                error.show()  # type: ignore[attr-defined]
+            except (OSError, ValueError):
+                pass
             sys.exit(2 if getattr(error, "exit_code", 1) == 2 else 1)
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        restore()
 
 
-def _watch_ctrl_c() -> tuple[list[bool], Any]:
-    """Note Ctrl-C (then raise KeyboardInterrupt as usual); returns the note and the handler to restore."""
-    fired: list[bool] = []
+def _fail(message: str, code: int) -> None:
+    try:
+        typer.echo(message, err=True)
+    except (OSError, ValueError):
+        pass
+    sys.exit(code)
 
-    def handler(signum: int, frame: Any) -> None:
-        fired.append(True)
-        raise KeyboardInterrupt
+
+def _prepare_streams() -> None:
+    """Make stdout/stderr safe to print to: closed descriptors are pointed at /dev/null (so no output file
+    can take their number), and characters the encoding lacks are escaped instead of raising."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                opened = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:
+            try:
+                setattr(sys, name, open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False))  # noqa: SIM115
+            except OSError:
+                continue
+            continue
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout went away: send further output (and the flush at exit) to /dev/null."""
+    import os
 
     try:
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is signal.SIG_IGN:  # e.g. a background job: leave it ignored
-            return fired, None
-        signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread
-        return fired, None
-    return fired, previous
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _watch_signals() -> tuple[list[int], Any]:
+    """Turn the first SIGINT or SIGTERM into KeyboardInterrupt (the one clean path: temporaries removed, the
+    old output kept); ignore any signal after it, so cleaning up is never cut short. Returns the list of
+    signals seen and a function that restores the previous handlers."""
+    seen: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        from synth.fileio import defer_interrupt
+
+        seen.append(signum)
+        if len(seen) == 1 and not defer_interrupt(signum):
+            raise KeyboardInterrupt
+
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            current = signal.getsignal(signum)
+            if current is signal.SIG_IGN:  # e.g. a background job: leave it ignored
+                continue
+            signal.signal(signum, handler)
+            previous[signum] = current
+        except (ValueError, OSError):  # not the main thread
+            continue
+
+    def restore() -> None:
+        for signum, handler_before in previous.items():
+            try:
+                signal.signal(signum, handler_before)
+            except (ValueError, OSError, TypeError):
+                pass
+
+    return seen, restore

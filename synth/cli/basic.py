@@ -14,21 +14,24 @@ from synth.cli.common import (
     SLICES_OPTION,
     TOPOLOGY_HELP,
     WINDOW_OPTION,
+    check_chunks,
     console,
     fmt_time,
     load_schedule,
+    output_file,
     parse_options,
     plan_options,
     print_json,
     schedule_topology,
+    shown,
     sizes_argument,
     table,
     topology_argument,
     verify_file,
+    write_schedule,
 )
 from synth.collectives import parse_kind
 from synth.evaluate import congestion
-from synth.fileio import atomic_write_text
 from synth.library import LIBRARY, format_value, shipped_files
 from synth.units import format_size
 from synth.verify import verify
@@ -73,7 +76,7 @@ def show(topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)], as_json: 
     if as_json:
         print_json(summary)
         return
-    console.print(f"[bold]{topo.name}[/bold]: {topo.description}")
+    console.print(f"[bold]{shown(topo.name)}[/bold]: {shown(topo.description)}")
     console.print(f"{topo.num_ranks} gpus, {len(topo.switches)} switches, {topo.graph.number_of_edges()} directed links")
     rows = [[p["rank"], p["gpu"], f"{p['egress_GBps']:g}", f"{p['ingress_GBps']:g}"] for p in per_gpu[:64]]
     console.print(table(None, ["rank", "gpu", "egress GB/s", "ingress GB/s"], rows, {0, 2, 3}))
@@ -92,9 +95,12 @@ def generate(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
 ) -> None:
     """Synthesize a schedule, verify it, and write it as synth JSON."""
+    output_file(output, inputs=[topology])
     topo = topology_argument(topology)
     kind = parse_kind(collective, field="--collective")
     options = parse_options(option)
+    if chunks is not None:
+        check_chunks(chunks, "--chunks")
     if chunks is not None:
         options["chunks"] = chunks
     if root is not None:
@@ -103,8 +109,8 @@ def generate(
         schedule = synthesize(topo, kind, algorithm, **options)
     if not no_verify:
         verify(schedule, topo)
-    atomic_write_text(output, schedule.to_json())
-    console.print(f"wrote {output}: {algorithm} {kind} on {topo.name}, {len(schedule.transfers)} transfers, "
+    write_schedule(schedule, topo, topology, output, inputs=[topology])
+    console.print(f"wrote {shown(output)}: {shown(algorithm)} {kind} on {shown(topo.name)}, {len(schedule.transfers)} transfers, "
                   f"{schedule.chunks} chunks" + ("" if no_verify else ", verified"))
     summary = schedule.params.get("summary") if isinstance(schedule.params, dict) else None
     if isinstance(summary, str):  # what produced the result (milp: proven optimal, improved or the greedy plan)
@@ -157,7 +163,7 @@ def verify_command(
         print_json({"ok": True, "transfers": report.transfers, "depth": report.depth,
                     "max_chunks_on_a_link": report.max_chunks_on_a_link})
         return
-    console.print(f"OK: {schedule_file} is a correct {schedule.kind} on {topo.name} "
+    console.print(f"OK: {shown(schedule_file)} is a correct {schedule.kind} on {shown(topo.name)} "
                   f"({report.transfers} transfers, dependency depth {report.depth})")
 
 
@@ -189,5 +195,5 @@ def evaluate_command(
              fmt_time(r.congestion_time_s), r.plan.describe()] for r in results]
     console.print(table(f"{schedule.algorithm} {schedule.kind} on {topo.name} ({model} model)",
                         ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound", "plan"], rows, {1, 2, 3, 4}))
-    busiest = ", ".join(f"{u}->{v}" for u, v, _ in report.busiest_links[:3])
+    busiest = ", ".join(f"{shown(u)}->{shown(v)}" for u, v, _ in report.busiest_links[:3])
     console.print(f"busiest links: {busiest}")

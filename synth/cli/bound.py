@@ -8,7 +8,16 @@ import typer
 
 from synth.algorithms.forest.plan import unbalanced_switches
 from synth.bounds import algbw_bound, limited_trees, optimal_bound
-from synth.cli.common import JSON_OPTION, TOPOLOGY_HELP, console, print_json, table, topology_argument
+from synth.cli.common import (
+    JSON_OPTION,
+    TOPOLOGY_HELP,
+    check_bound_work,
+    console,
+    print_json,
+    shown,
+    table,
+    topology_argument,
+)
 from synth.collectives import Kind, parse_kind
 from synth.topology import Topology
 
@@ -43,8 +52,10 @@ def bound(
     With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it."""
     topo = topology_argument(topology)
     if parse_kind(collective, field="--collective") == Kind.ALLTOALL:
+        check_bound_work(topo, "the alltoall bound")
         _alltoall(topo, as_json)
         return
+    check_bound_work(topo, "the exact bound")
     result = optimal_bound(topo)
     broadcast = algbw_bound(topo, Kind.BROADCAST)
     limited = limited_trees(topo, max_trees_per_root) if max_trees_per_root else None
@@ -62,7 +73,7 @@ def bound(
 
     n = result.num_ranks
     spb = result.seconds_per_byte
-    console.print(f"[bold]{topo.name}[/bold]: {n} gpus, {len(topo.switches)} switches "
+    console.print(f"[bold]{shown(topo.name)}[/bold]: {n} gpus, {len(topo.switches)} switches "
                   f"(exact, {result.flows} max-flows, {result.seconds:.3f} s)")
     rows = [
         ["allgather time per byte of output", f"{spb} s/B", f"{float(spb) * 1e12:.6g} ps/B"],
@@ -84,11 +95,10 @@ def bound(
     console.print(f"[bold]bottleneck cut S[/bold]: {inside} of {n} gpus and {len(result.cut_switches)} switches. "
                   f"The {inside} shards owned inside S must all reach the {n - inside} gpu(s) outside through "
                   f"{result.cut_egress_GBps} GB/s of links: {result.rate_GBps} GB/s per shard.")
-    in_cut = set(result.cut_gpus)
-    outside = [g for g in topo.gpus if g not in in_cut]
-    console.print(f"  gpus in S:       {_names(result.cut_gpus)}")
-    console.print(f"  gpus outside S:  {_names(outside)}")
-    console.print(f"  switches in S:   {_names(result.cut_switches)}")
+    outside = [g for g in topo.gpus if g not in set(result.cut_gpus)]
+    console.print(f"  gpus in S:       {shown(_names(result.cut_gpus))}")
+    console.print(f"  gpus outside S:  {shown(_names(outside))}")
+    console.print(f"  switches in S:   {shown(_names(result.cut_switches))}")
     link_rows = [[u, v, f"{b:g}"] for u, v, b in result.cut_links[:SHOWN]]
     title = f"links leaving S ({len(result.cut_links)})"
     console.print(table(title, ["from (in S)", "to (outside)", "GB/s"], link_rows, {2}))
@@ -97,7 +107,7 @@ def bound(
     console.print("Every byte the gpus in S own must cross these links at least once; adding bandwidth "
                   "anywhere else cannot speed up allgather.")
     for name, inward, outward in unbalanced_switches(topo)[:8]:
-        console.print(f"[yellow]note[/yellow]: switch {name} receives {inward} GB/s but sends {outward} GB/s; "
+        console.print(f"[yellow]note[/yellow]: switch {shown(name)} receives {inward} GB/s but sends {outward} GB/s; "
                       "switches do not multicast, so this bound may not be reachable")
 
 
@@ -112,7 +122,7 @@ def _alltoall(topo: Topology, as_json: bool) -> None:
     cut = result.cut
     n = result.num_ranks
     kind = "every gpu subset" if cut.exhaustive else f"{cut.candidates} candidate gpu sets"
-    console.print(f"[bold]{topo.name}[/bold]: {n} gpus, {len(topo.switches)} switches "
+    console.print(f"[bold]{shown(topo.name)}[/bold]: {n} gpus, {len(topo.switches)} switches "
                   f"(alltoall, {result.solve_s:.3f} s)")
     rows = [
         ["optimal alltoall algbw (LP)", f"{result.lp_algbw_GBps:.4f} GB/s",
@@ -123,4 +133,4 @@ def _alltoall(topo: Topology, as_json: bool) -> None:
          "0 when the bottleneck is a cut" if abs(result.gap) < 1e-9 else "the cut bound is not tight here"],
     ]
     console.print(table("alltoall", ["quantity", "value", "note"], rows))
-    console.print(f"  gpus in the cut:  {_names([topo.gpus[r] for r in cut.gpus])}")
+    console.print(f"  gpus in the cut:  {shown(_names([topo.gpus[r] for r in cut.gpus]))}")

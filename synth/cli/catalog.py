@@ -16,6 +16,7 @@ from synth.cli.common import (
     note,
     print_json,
     progress_bar,
+    shown,
     table,
 )
 from synth.collectives import parse_kind
@@ -50,12 +51,15 @@ def catalog(
             print_json({"ok": not problems, "problems": problems})
         else:
             for problem in problems:
-                console.print(f"[red]problem[/red] {problem}")
-            console.print(f"{out}: " + ("every schedule verifies and matches its figures" if not problems
+                console.print(f"[red]problem[/red] {shown(problem)}")
+            console.print(f"{shown(out)}: " + ("every schedule verifies and matches its figures" if not problems
                                         else f"{len(problems)} problem(s)"))
         if problems:
             raise typer.Exit(1)
         return
+    from synth.fileio import check_merge_folder
+
+    check_merge_folder(out, option="--out")
     kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
     specs = list(topology) if topology else default_specs()
     if not specs:
@@ -75,4 +79,4 @@ def catalog(
             for e in entries]
     console.print(table(f"catalog in {out}/ (1GiB, flow model)", ["topology", "collective", "algorithm",
                                                                   "algbw GB/s", "% of bound", "file"], rows, {3, 4}))
-    note(f"wrote {sum(1 for e in entries if e.file)} schedules, {out}/README.md and {out}/index.json")
+    note(f"wrote {sum(1 for e in entries if e.file)} schedules, {shown(out)}/README.md and {shown(out)}/index.json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,58 @@ from synth.schedule import Schedule
 from synth.topology import Topology
 from synth.units import parse_size
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+console = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, highlight=False)
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
 TOPOLOGY_HELP = "A topology file (.json/.yaml) or library name such as dgx-a100:boxes=2 (see `synth topologies`)."
 
 
-def topology_argument(spec: str) -> Topology:
-    """Load the topology a user named on the command line."""
-    return load_topology(spec)
+def any_topology(spec: str) -> Topology:
+    """A topology file, library spec, shipped name or ASTRA-sim network YAML."""
+    from synth.astra import is_network_yaml, load_network_yaml
+
+    return load_network_yaml(spec)[0] if is_network_yaml(spec) else load_topology(spec)
+
+
+def topology_argument(spec: str, what: str = "") -> Topology:
+    """Load the topology a user named on the command line; refuse one over the rank limit up front."""
+    from synth import limits
+
+    topology = any_topology(spec)
+    limits.check_ranks(topology.num_ranks, what or f"a topology of {topology.num_ranks} gpus",
+                       hint="use a smaller topology")
+    return topology
+
+
+def check_bound_work(topology: Topology, what: str, hint: str = "use a smaller topology") -> None:
+    """Refuse, before starting, exact bound or tree-packing work over the ``max_graph_work`` limit."""
+    from synth import limits
+
+    limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), what, hint)
 
 
 def sizes_argument(values: list[str] | None, default: list[str]) -> list[int]:
     """Parse repeated ``--size`` options (with units)."""
     return [parse_size(v, "--size") for v in (values or default)]
+
+
+def check_chunks(chunks: int, option: str) -> None:
+    """Refuse a chunk count no schedule within the transfer limit could have (each chunk moves at least once)."""
+    from synth import limits
+
+    if chunks < 1:
+        raise InputError("", option, f"expected a positive number of chunks, got {chunks}")
+    limits.check_transfers(chunks, f"{chunks:,} chunks", hint="use fewer chunks")
+
+
+def output_file(path: str, option: str = "--output", inputs: list[str | None] | None = None,
+                suffixes: tuple[str, ...] | None = None) -> str:
+    """Check, before any work, that ``path`` can be written and is none of ``inputs`` (see synth.fileio)."""
+    from synth.fileio import check_output_file
+
+    check_output_file(path, option=option, inputs=[i for i in (inputs or []) if i], suffixes=suffixes)
+    return path
 
 
 def load_schedule(path: str) -> Schedule:
@@ -41,15 +79,95 @@ def load_schedule(path: str) -> Schedule:
     return Schedule.from_file(path)
 
 
+def check_made_for(schedule: Schedule, topology: Topology, path: str, where: str) -> Topology:
+    """``topology`` if the schedule was made for it (same fingerprint, when the schedule records one);
+    otherwise refuse, naming where the topology came from."""
+    from synth.topology import fingerprint
+
+    expected = schedule.topology_sha256
+    if expected is not None:
+        found = fingerprint(topology)
+        if found != expected:
+            raise InputError(path, "topology_sha256", f"the schedule was made for a different topology than {where} "
+                             f"(fingerprint {found[:12]}, expected {expected[:12]}); pass the topology it was made "
+                             "for with --topology")
+    return topology
+
+
 def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topology:
-    """The topology to judge a schedule on: ``--topology`` if given, else the library entry it names."""
+    """The topology to judge a schedule on, never a different one than it was made for.
+
+    ``--topology`` if given; else the topology file the schedule records (``topology_file``, relative to the
+    schedule's folder); else the library entry it names. When the schedule carries ``topology_sha256``, the
+    topology found must have that fingerprint, or the command stops with a message saying which differs.
+    """
+    from synth.library import library_topology
+    from synth.topology import fingerprint
+
     if spec:
-        return load_topology(spec)
+        return check_made_for(schedule, any_topology(spec), path, repr(spec))
+    expected = schedule.topology_sha256
+    if schedule.topology_file is not None:
+        recorded = Path(schedule.topology_file)
+        candidate = recorded if recorded.is_absolute() else Path(path).parent / recorded
+        if _is_file(candidate):
+            return check_made_for(schedule, any_topology(str(candidate)), path,
+                                  f"its topology file {str(candidate)!r}")
+        if expected is None:
+            raise InputError(path, "topology_file", f"the schedule's topology file {str(candidate)!r} does not exist; "
+                             "pass --topology FILE")
+    missing = f"its topology file {schedule.topology_file!r} is missing and " if schedule.topology_file else ""
     try:
-        return load_topology(schedule.topology)
+        topology = library_topology(schedule.topology)
     except InputError:
-        raise InputError(path, "topology", f"the schedule names topology {schedule.topology!r}, which is not in the "
-                         "library; pass --topology FILE") from None
+        raise InputError(path, "topology", f"{missing}the schedule names topology {schedule.topology!r}, which is not "
+                         "in the library; pass --topology FILE") from None
+    if expected is not None and fingerprint(topology) != expected:
+        raise InputError(path, "topology", f"{missing}the library's {schedule.topology!r} is not the topology the "
+                         "schedule was made for (a different fingerprint); pass --topology FILE")
+    return topology
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, output: str,
+                   inputs: list[str | None] | None = None) -> Schedule:
+    """Write ``schedule`` to ``output`` atomically, recording where its topology came from (the file,
+    relative to the output's folder, and the topology's fingerprint) so later commands find it again.
+
+    Refuses a file over the schedule file limit, which every loader of schedules applies: synth never
+    writes a schedule it would refuse to read.
+    """
+    import dataclasses
+    import os
+
+    from synth import limits
+    from synth.fileio import atomic_write_text
+    from synth.topology import fingerprint
+
+    source = None
+    if spec and _is_file(Path(spec)):
+        topology_path = Path(spec).resolve()
+        folder = Path(output).resolve().parent
+        try:
+            source = os.path.relpath(topology_path, folder)
+        except ValueError:
+            source = str(topology_path)
+        if len(source) > len(str(topology_path)):
+            source = str(topology_path)
+    schedule = dataclasses.replace(schedule, topology_file=source, topology_sha256=fingerprint(topology))
+    limits.check_transfers(len(schedule.transfers), f"the schedule for {output!r}",
+                           hint="it would be refused when read back")
+    text = schedule.to_json()
+    limits.check("max_schedule_bytes", len(text.encode("utf-8")), f"the schedule file {output!r}",
+                 hint="it would be refused when read back; use fewer chunks or a smaller topology")
+    atomic_write_text(output, text, inputs=[i for i in (inputs or []) if i])
+    return schedule
 
 
 def verify_file(schedule: Schedule, topology: Topology, path: str) -> Any:
@@ -68,13 +186,44 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that could break a line or fool a terminal escaped, repr-style.
+
+    A file can then never forge a second ``error:`` line or hide text: newlines, carriage returns, escape
+    sequences, other control and format characters and lone surrogates are shown as ``\\n``, ``\\x1b``...
+
+    Examples
+    --------
+    >>> print(one_line("node 'a\\nerror: forged'"))
+    node 'a\\nerror: forged'
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def shown(value: Any) -> str:
+    r"""User text (a node id, a file name, a topology name) made safe to print: rich markup escaped and
+    control characters shown repr-style, so a name can neither break the output nor forge a line.
+
+    Examples
+    --------
+    >>> shown("gpu[/bold]\nerror: x")
+    'gpu\\[/bold]\\nerror: x'
+    """
+    from rich.markup import escape
+
+    return escape(one_line(str(value)))
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]], justify_right: set[int] | None = None) -> Table:
-    """A rich table with the given columns; numeric columns right-aligned."""
-    result = Table(title=title, show_lines=False, header_style="bold")
+    """A rich table with the given columns; numeric columns right-aligned. Titles and cells are printed as
+    plain text (see :func:`shown`)."""
+    result = Table(title=None if title is None else shown(title), show_lines=False, header_style="bold")
     for index, column in enumerate(columns):
         result.add_column(column, justify="right" if justify_right and index in justify_right else "left")
     for row in rows:
-        result.add_row(*[str(cell) for cell in row])
+        result.add_row(*[shown(cell) for cell in row])
     return result
 
 
@@ -105,11 +254,16 @@ def _typed(value: str) -> Any:
         return value.lower() == "true"
     if "," in value:
         return [_typed(v) for v in value.split(",") if v]
+    if sum(ch.isdigit() for ch in value) > 30 and value.lstrip("+-").replace(".", "", 1).replace("e", "", 1).isdigit():
+        raise InputError("", "--option", f"a number of more than 30 digits is not accepted, got {value[:20]}...")
     for cast in (int, float):
         try:
-            return cast(value)
+            number = cast(value)
         except ValueError:
-            pass
+            continue
+        if isinstance(number, float) and not math.isfinite(number):
+            raise InputError("", "--option", f"expected a finite number, got {value!r}")
+        return number
     return value
 
 

@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from synth.cli.common import JSON_OPTION, console, fmt_time, print_json, sizes_argument, table
+from synth.cli.common import (
+    JSON_OPTION,
+    check_bound_work,
+    console,
+    fmt_time,
+    print_json,
+    sizes_argument,
+    table,
+)
 from synth.collectives import Kind
 from synth.compare import run_all
 from synth.errors import InputError
@@ -35,6 +43,10 @@ def demo(
         if topology != DEFAULT_TOPOLOGY:
             raise
         topo = load_topology("switch:n=16")
+    from synth import limits
+
+    limits.check_ranks(topo.num_ranks, f"a topology of {topo.num_ranks} gpus", hint="use a smaller topology")
+    check_bound_work(topo, "demo (the bounds and the tree packing)")
     sizes = sizes_argument(size, ["1MiB", "64MiB", "1GiB"])
     with console.status("synthesizing and verifying...") as status:
         rows, skipped, _ = run_all(topo, DEMO_KINDS, sizes, progress=lambda what: status.update(f"running {what}"))

@@ -4,7 +4,6 @@ looks like, and what a schedule does."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,6 +18,8 @@ from synth.cli.common import (
     VERBOSE_OPTION,
     VERBOSITY,
     WINDOW_OPTION,
+    check_bound_work,
+    check_made_for,
     command_verbosity,
     console,
     detail,
@@ -26,10 +27,12 @@ from synth.cli.common import (
     fmt_time,
     load_schedule,
     note,
+    output_file,
     plan_options,
     print_json,
     progress_bar,
     schedule_topology,
+    shown,
     sizes_argument,
     table,
     topology_argument,
@@ -87,14 +90,15 @@ def compare(
     command_verbosity(quiet, verbose)
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
+    check_bound_work(topo, "compare (the bounds and the tree packing)")
     kinds = [parse_kind(c, field="--collective") for c in (collective or DEFAULT_KINDS)]
     kinds = list(dict.fromkeys(kinds))
     sizes = sorted(set(sizes_argument(size, DEFAULT_SIZES)))
     for name in algorithm or []:
         if name not in REGISTRY:
             raise InputError("", "--algorithm", f"unknown algorithm {name!r}; expected one of {', '.join(REGISTRY)}")
-    if plot is not None and Path(plot).suffix.lower() not in (".png", ".svg"):
-        raise InputError(plot, "--plot", "expected a file name ending in .png or .svg")
+    if plot is not None:
+        output_file(plot, "--plot", inputs=[topology], suffixes=(".png", ".svg"))
     plan = planned(kinds, algorithm, include_slow=False)
     if not plan:
         raise InputError("", "--algorithm", "none of the chosen algorithms does the chosen collectives")
@@ -137,7 +141,7 @@ def compare(
         if not rows:
             raise InputError("", "--plot", "nothing to plot: no algorithm applied")
         save_figure(plot_compare(rows, title=f"{topo.name}: algbw by message size ({model} model)"), plot)
-        note(f"wrote {plot}")
+        note(f"wrote {shown(plot)}")
 
 
 def draw(
@@ -157,19 +161,22 @@ def draw(
 
     command_verbosity(quiet, verbose)
     topo = topology_argument(topology)
-    target = output or re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-") + ".png"
-    if Path(target).suffix.lower() not in (".png", ".svg"):
-        raise InputError(target, "--output", "expected a file name ending in .png or .svg")
+    target = output if output is not None else (
+        (re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-")[:200] or "topology") + ".png")
+    output_file(target, inputs=[topology, schedule_file], suffixes=(".png", ".svg"))
+    if not no_cut:
+        check_bound_work(topo, "the bottleneck cut", hint="use --no-cut, or a smaller topology")
     schedule = None
     if schedule_file is not None:
         schedule = load_schedule(schedule_file)
+        check_made_for(schedule, topo, schedule_file, repr(topology))
         verify_file(schedule, topo, schedule_file)
     elif tree is not None:
         raise InputError("", "--tree", "drawing trees needs a schedule: add --schedule FILE")
     with _status("computing the bottleneck cut and drawing..."):
         figure = draw_topology(topo, schedule=schedule, tree_root=tree, cut=None if no_cut else "auto")
         save_figure(figure, target)
-    note(f"wrote {target}")
+    note(f"wrote {shown(target)}")
 
 
 def explain_command(
@@ -194,8 +201,8 @@ def explain_command(
     command_verbosity(quiet, verbose)
     if by not in ("auto", "step", "tree"):
         raise InputError("", "--by", f"expected step, tree or auto, got {by!r}")
-    if limit < 1 or top < 1:
-        raise InputError("", "--limit" if limit < 1 else "--top", "expected a positive number")
+    if not 1 <= limit <= 10**6 or not 1 <= top <= 10**6:
+        raise InputError("", "--limit" if not 1 <= limit <= 10**6 else "--top", "expected a number from 1 to 1000000")
     nbytes = parse_size(size, "--size")
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     schedule = load_schedule(schedule_file)
@@ -206,7 +213,7 @@ def explain_command(
         print_json(summary.to_dict())
         return
     view = summary.preferred_view if by == "auto" else by
-    console.print(f"[bold]{summary.algorithm} {summary.collective}[/bold] on {topo.name}: {summary.ranks} ranks, "
+    console.print(f"[bold]{shown(summary.algorithm)} {summary.collective}[/bold] on {shown(topo.name)}: {summary.ranks} ranks, "
                   f"{summary.chunks} chunks, {summary.transfers} transfers, {_plural(summary.depth, 'step')} deep (verified)")
     if view == "step":
         rows = []
@@ -231,12 +238,12 @@ def explain_command(
                                                                      "% of busiest"], links, {1, 2, 3, 4}))
     path = summary.critical_path
     chain = [schedule.transfers[i] for i in path.transfers]
-    shown = " ".join(f"{t.src}{'=>' if t.op == 'reduce' else '->'}{t.dst}(c{t.chunk})" for t in chain[:12])
+    steps = " ".join(f"{t.src}{'=>' if t.op == 'reduce' else '->'}{t.dst}(c{t.chunk})" for t in chain[:12])
     more = f" ... +{len(chain) - 12}" if len(chain) > 12 else ""
     slices_text = f", chunks in {_plural(summary.plan.slices, 'slice')}" if summary.plan else ""
     console.print(f"critical path: {_plural(path.length, 'dependent transfer')}, {fmt_time(path.time_s)} at {format_size(nbytes)} "
                   f"(α {fmt_time(path.latency_s)} + β {fmt_time(path.bandwidth_s)}, no contention{slices_text}): "
-                  f"{shown}{more}")
+                  f"{steps}{more}")
     console.print(f"congestion bound {fmt_time(summary.congestion_time_s)}; no run of this schedule with these slices "
                   f"beats {fmt_time(summary.lower_bound_s)} (algbw at most {nbytes / summary.lower_bound_s / 1e9:.2f} GB/s)"
                   if summary.lower_bound_s > 0 else "empty schedule")

@@ -15,14 +15,16 @@ from synth.cli.common import (
     err_console,
     fmt_time,
     load_schedule,
+    output_file,
     print_json,
     schedule_topology,
+    shown,
     sizes_argument,
     table,
     verify_file,
+    write_schedule,
 )
 from synth.errors import InputError
-from synth.fileio import atomic_write_text
 from synth.topology import Topology
 from synth.units import format_size, parse_size
 
@@ -30,6 +32,9 @@ export_app = typer.Typer(name="export", help="Write a schedule in a format anoth
                          no_args_is_help=True)
 import_app = typer.Typer(name="import", help="Read a Chakra ET set or MSCCL XML from another tool into a schedule.",
                          no_args_is_help=True)
+
+#: Longest COMP duration accepted, in µs (1000 s).
+MAX_COMP_US = 10**9
 
 IMPORT_TOPOLOGY_HELP = TOPOLOGY_HELP + " An ASTRA-sim network YAML (topology/npus_count/...) works too."
 
@@ -42,12 +47,13 @@ def register(app: typer.Typer) -> None:
 
 def _import_topology(spec: str) -> tuple[Topology, str]:
     """A topology for an import, and the name the schedule records so later commands find it again."""
+    from synth import limits
     from synth.astra import is_network_yaml, load_network_yaml
     from synth.library import load_topology
 
-    if is_network_yaml(spec):
-        return load_network_yaml(spec)
-    return load_topology(spec), spec
+    topology, name = load_network_yaml(spec) if is_network_yaml(spec) else (load_topology(spec), spec)
+    limits.check_ranks(topology.num_ranks, f"an import onto {topology.num_ranks} gpus", hint="use a smaller topology")
+    return topology, name
 
 
 @export_app.command("chakra")
@@ -56,12 +62,13 @@ def export_chakra_command(
     output: Annotated[str, typer.Option("--output", "-o", help="folder to write (created if missing)")],
     size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable; "
                                                    "one trace set per size)")] = None,
-    comp_duration_us: Annotated[int | None, typer.Option("--comp-duration-us", help="duration of every reduction "
+    comp_duration_us: Annotated[int | None, typer.Option("--comp-duration-us", min=0, max=MAX_COMP_US,
+                                                         help="duration of every reduction "
                                                          "COMP node in whole µs (default: the schedule's, else 0 "
                                                          "= 1 ns in ASTRA-sim)")] = None,
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     name: Annotated[str | None, typer.Option("--name", help="trace file prefix (default <algorithm>_<collective>)")] = None,
-    tag_base: Annotated[int, typer.Option("--tag-base", help="first message tag (give concurrent collectives "
+    tag_base: Annotated[int, typer.Option("--tag-base", min=0, max=2**30, help="first message tag (give concurrent collectives "
                                           "distinct tags)")] = 0,
     slices: Annotated[int, typer.Option("--slices", help="messages per transfer: each chunk is cut into this many "
                                         "slices, slice j waiting for slice j of the transfer's dependencies")] = 1,
@@ -70,8 +77,11 @@ def export_chakra_command(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Write Chakra ETs plus the workload, system, network and memory configs and run_astrasim.sh."""
-    from synth.export.chakra import export_chakra
+    from synth.export.chakra import SIGNATURE, export_chakra
+    from synth.fileio import check_output_folder
 
+    check_output_folder(output, inputs=[schedule_file, topology] if topology else [schedule_file],
+                        signature=SIGNATURE, kind="`synth export chakra` output")
     schedule = load_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
@@ -81,22 +91,23 @@ def export_chakra_command(
         print_json(report.to_dict())
         return
     for warning in report.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        err_console.print(f"[yellow]warning:[/yellow] {shown(warning)}")
     rows = [[format_size(s.size), f"{s.folder}/{s.prefix}.<rank>.et", s.counts.get("COMM_SEND_NODE", 0),
              s.counts.get("COMP_NODE", 0) - s.order_nodes, s.order_nodes,
              "-" if s.predicted_ns is None else f"{s.predicted_ns} ns"]
             for s in report.sets]
     sliced = f", {slices} slices per transfer" + (f", {report.window} in flight" if report.window else "") \
         if slices > 1 else ""
-    console.print(table(f"wrote {output}: {schedule.algorithm} {schedule.kind} on {topo.name} for ASTRA-sim{sliced}",
+    console.print(table(f"wrote {shown(output)}: {schedule.algorithm} {schedule.kind} on {topo.name} for ASTRA-sim"
+                        f"{sliced}",
                         ["size", "traces", "sends", "COMP nodes", "ordering nodes", "astra model predicts"], rows,
                         {2, 3, 4, 5}))
     script = Path(output) / ("run_astrasim.sh" if len(report.sets) == 1 else f"{report.sets[0].folder}/run_astrasim.sh")
-    console.print(f"run it: ASTRA_SIM=/path/to/{report.command.split()[0]} bash {script}   (checks every rank "
-                  f"against the prediction; {Path(output) / 'run_astrasim.sh'} runs every size)"
+    console.print(f"run it: ASTRA_SIM=/path/to/{shown(report.command.split()[0])} bash {shown(script)}   (checks every "
+                  f"rank against the prediction; {shown(Path(output) / 'run_astrasim.sh')} runs every size)"
                   if len(report.sets) > 1 else
-                  f"run it: ASTRA_SIM=/path/to/{report.command.split()[0]} bash {script}   (checks every rank "
-                  "against the prediction)")
+                  f"run it: ASTRA_SIM=/path/to/{shown(report.command.split()[0])} bash {shown(script)}   (checks every "
+                  "rank against the prediction)")
 
 
 @export_app.command("msccl")
@@ -104,11 +115,11 @@ def export_msccl_command(
     schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     output: Annotated[str, typer.Option("--output", "-o", help="XML file to write")],
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
-    max_channels: Annotated[int, typer.Option("--max-channels", help="most channels to use (runtime limit 32)")] = 32,
-    max_tbs_per_channel: Annotated[int, typer.Option("--max-tbs-per-channel",
+    max_channels: Annotated[int, typer.Option("--max-channels", min=1, max=4096, help="most channels to use (runtime limit 32)")] = 32,
+    max_tbs_per_channel: Annotated[int, typer.Option("--max-tbs-per-channel", min=1, max=4096,
                                                      help="threadblocks per channel per gpu (runtime limit 32)")] = 32,
-    sms: Annotated[int, typer.Option("--sms", help="SMs per gpu: most threadblocks per gpu (A100: 108)")] = 108,
-    max_steps: Annotated[int, typer.Option("--max-steps", help="steps per threadblock must stay below this "
+    sms: Annotated[int, typer.Option("--sms", min=1, max=100_000, help="SMs per gpu: most threadblocks per gpu (A100: 108)")] = 108,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, max=1_000_000, help="steps per threadblock must stay below this "
                                            "(256; some MSCCL builds 64)")] = 256,
     proto: Annotated[str, typer.Option("--proto", help="Simple, LL or LL128")] = "Simple",
     min_bytes: Annotated[str, typer.Option("--min-bytes", help="smallest message size the algorithm is used for")] = "0",
@@ -120,14 +131,18 @@ def export_msccl_command(
     """Lower a schedule to MSCCL XML, checking every runtime limit before writing."""
     from synth.export.msccl import MscclLimits, export_msccl
 
+    inputs = [schedule_file, topology]
+    output_file(output, inputs=inputs)
     schedule = load_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
     low = 0 if min_bytes.strip() == "0" else parse_size(min_bytes, "--min-bytes")
     limits = MscclLimits(max_channels, max_tbs_per_channel, sms, max_steps)
     report_size = parse_size(size, "--size")
-    program = export_msccl(schedule, output, topo, proto=proto, limits=limits, min_bytes=low,
-                           max_bytes=parse_size(max_bytes, "--max-bytes"))
+    high = parse_size(max_bytes, "--max-bytes")
+    if low >= high:
+        raise InputError("", "--min-bytes", f"expected less than --max-bytes ({high}), got {low}")
+    program = export_msccl(schedule, output, topo, proto=proto, limits=limits, min_bytes=low, max_bytes=high)
     stats = program.stats()
     routing = program.routing
     predicted = None
@@ -141,7 +156,7 @@ def export_msccl_command(
             extra["predicted"] = predicted.to_dict()
         print_json({"output": output, **stats, **extra})
         return
-    console.print(f"wrote {output}: {schedule.algorithm} {schedule.kind} for MSCCL ({program.coll}, {proto}), "
+    console.print(f"wrote {shown(output)}: {shown(schedule.algorithm)} {schedule.kind} for MSCCL ({shown(program.coll)}, {shown(proto)}), "
                   f"{stats['channels']} channel(s), {stats['threadblocks']} threadblocks (at most "
                   f"{stats['max_tbs_per_gpu']} per gpu), {stats['steps']} steps (at most {stats['max_steps_per_tb']} "
                   "per threadblock)")
@@ -180,10 +195,12 @@ def import_chakra_command(
     """Read a per-rank Chakra ET set into a verified schedule."""
     from synth.export.chakra import import_chakra
 
+    inputs = [topology, *_trace_files(prefix)]
+    output_file(output, inputs=inputs)
     topo, spec = _import_topology(topology)
     schedule = import_chakra(prefix, topo, collective, topology_name=spec)
     report = verify_file(schedule, topo, prefix)
-    atomic_write_text(output, schedule.to_json())
+    write_schedule(schedule, topo, topology, output, inputs=inputs)
     _imported(output, schedule, topo, report.depth, as_json)
 
 
@@ -199,10 +216,12 @@ def import_msccl_command(
 
     if not Path(xml_file).is_file():
         raise InputError(xml_file, "", "no such file")
+    inputs = [xml_file, topology]
+    output_file(output, inputs=inputs)
     topo, spec = _import_topology(topology)
     schedule = import_msccl(xml_file, topo, topology_name=spec)
     report = verify_file(schedule, topo, xml_file)
-    atomic_write_text(output, schedule.to_json())
+    write_schedule(schedule, topo, topology, output, inputs=inputs)
     _imported(output, schedule, topo, report.depth, as_json)
 
 
@@ -214,5 +233,14 @@ def _imported(output: str, schedule: object, topo: Topology, depth: int, as_json
         print_json({"output": output, "collective": schedule.kind.value, "chunks": schedule.chunks,
                     "transfers": len(schedule.transfers), "depth": depth, "topology": schedule.topology})
         return
-    console.print(f"wrote {output}: {schedule.kind} with {schedule.chunks} chunks, {len(schedule.transfers)} "
-                  f"transfers on {topo.name}, verified (dependency depth {depth})")
+    console.print(f"wrote {shown(output)}: {schedule.kind} with {schedule.chunks} chunks, {len(schedule.transfers)} "
+                  f"transfers on {shown(topo.name)}, verified (dependency depth {depth})")
+
+
+def _trace_files(prefix: str) -> list[str]:
+    """The rank files of a Chakra trace set (inputs an output may not overwrite)."""
+    folder, name = (Path(prefix), "") if Path(prefix).is_dir() else (Path(prefix).parent, Path(prefix).name)
+    try:
+        return [str(p) for p in folder.glob(f"{name}*.et")][:100_000] if folder.is_dir() else []
+    except (OSError, ValueError):
+        return []

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
-from collections.abc import Iterator
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -14,8 +10,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, T
 from rich.progress import Progress as RichProgress
 from rich.text import Text
 
-from synth.cli.common import JSON_OPTION, VERBOSITY, console, err_console, note, print_json, table
-from synth.sweep import Progress, SweepSummary, load_spec, run_sweep
+from synth.cli.common import (
+    JSON_OPTION,
+    VERBOSITY,
+    console,
+    err_console,
+    note,
+    one_line,
+    output_file,
+    print_json,
+    table,
+)
+from synth.sweep import MAX_WORKERS, Progress, SweepSummary, load_spec, run_sweep
 
 
 def register(app: typer.Typer) -> None:
@@ -32,24 +38,6 @@ class _RateColumn(ProgressColumn):
         return Text(f"{rate:.1f} pts/s", style="cyan")
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the sweep runs, so a polite kill still flushes."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def sweep(
     spec: Annotated[str, typer.Argument(help="Sweep spec (.yaml/.json): a topology builder, a grid of its "
                                              "parameters, collectives, algorithms, sizes (format: README).")],
@@ -58,9 +46,9 @@ def sweep(
     scheduler: Annotated[str | None, typer.Option(
         "--scheduler", help="Address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786.")] = None,
     workers: Annotated[int | None, typer.Option(
-        "--workers", "-w", min=1, help="Local worker processes (default: one per core; 1 runs in process).")] = None,
+        "--workers", "-w", min=1, max=MAX_WORKERS, help="Local worker processes (default: one per core; 1 runs in process).")] = None,
     flush_seconds: Annotated[float, typer.Option(
-        "--flush-seconds", min=0.0, help="Rewrite the output at least this often while running.")] = 5.0,
+        "--flush-seconds", min=0.0, max=1e6, help="Rewrite the output at least this often while running.")] = 5.0,
     flush_points: Annotated[int, typer.Option(
         "--flush-points", min=0, help="Also rewrite it after this many finished points (0: off).")] = 0,
     retry_errors: Annotated[bool, typer.Option(
@@ -69,6 +57,7 @@ def sweep(
 ) -> None:
     """Synthesize, verify and evaluate every point of a design-space grid in parallel (Dask), one row per
     point and size in a Parquet file; resumable, flushed every few seconds."""
+    output_file(output, inputs=[spec])
     sweep_spec = load_spec(spec)
     # Same rule as the shared progress_bar (stderr; off when --quiet or stdout is not a terminal), plus
     # the failed count and the rate.
@@ -85,12 +74,12 @@ def sweep(
         bar.update(task_id, completed=counts.done, failed=counts.failed, rate=counts.rate)
 
     try:
-        with _sigterm_as_interrupt(), bar:
+        with bar:
             summary = run_sweep(sweep_spec, output, scheduler=scheduler, workers=workers,
                                 flush_seconds=flush_seconds, flush_points=flush_points, retry_errors=retry_errors,
                                 progress=on_point, on_start=on_start)
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: finished points are saved in {output}; run the same command again to "
+        typer.echo(f"interrupted: finished points are saved in {one_line(output)}; run the same command again to "
                    "resume", err=True)
         raise typer.Exit(130) from None
     _report(summary, as_json)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from synth.cli.common import (
     JSON_OPTION,
@@ -14,11 +14,14 @@ from synth.cli.common import (
     SLICES_OPTION,
     TOPOLOGY_HELP,
     WINDOW_OPTION,
+    check_bound_work,
     console,
     fmt_time,
+    output_file,
     parse_options,
     plan_options,
     print_json,
+    shown,
     sizes_argument,
     table,
     topology_argument,
@@ -76,8 +79,17 @@ def tune_command(
     """Evaluate every applicable algorithm at every message size and print, per size, the winner, its
     time, the runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
     table a runtime can load (format in `synth.tune`)."""
+    if out is not None:
+        output_file(out, "--out", inputs=[topology])
+    if plot_path is not None:
+        output_file(plot_path, "--plot", inputs=[topology, out], suffixes=(".png",))
+    if out and plot_path and out == plot_path:
+        raise InputError(plot_path, "--plot", "is also the --out file; name two different files")
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit <= 10**6):
+        raise InputError("", "--time-limit", f"expected a number of seconds from 0.001 to 1000000, got {time_limit!r}")
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
+    check_bound_work(topo, "tune (the bounds and the tree packing)")
     kind = parse_kind(collective, field="--collective")
     sizes = sizes_argument(size, [str(s) for s in DEFAULT_SIZES])
     options = algorithm_options(option)
@@ -95,9 +107,9 @@ def tune_command(
     body = []
     for row in result.per_size:
         percent = "-" if row.percent_of_bound is None else f"{row.percent_of_bound:.1f}%"
-        body.append([format_size(row.size), escape(row.winner), row.plan.short() if row.plan else "-",
+        body.append([format_size(row.size), row.winner, row.plan.short() if row.plan else "-",
                      fmt_time(row.time_s), f"{row.algbw_GBps:.2f}",
-                     escape(row.runner_up or "-"), "-" if row.runner_up_time_s is None else fmt_time(row.runner_up_time_s),
+                     row.runner_up or "-", "-" if row.runner_up_time_s is None else fmt_time(row.runner_up_time_s),
                      percent])
     bound = (f", {result.bound_label} {result.bound_algbw_GBps:.2f} GB/s at large sizes"
              if result.bound_algbw_GBps else "")
@@ -109,8 +121,8 @@ def tune_command(
     for skipped in result.skipped:
         reasons.setdefault(skipped.reason, []).append(skipped.algorithm)
     for reason, labels in reasons.items():
-        console.print(f"[dim]skipped {escape(', '.join(labels))}: {escape(reason)}[/dim]")
+        console.print(f"[dim]skipped {shown(', '.join(labels))}: {shown(reason)}[/dim]")
     if out:
-        console.print(f"wrote {out} ({len(result.ranges())} size ranges)")
+        console.print(f"wrote {shown(out)} ({len(result.ranges())} size ranges)")
     if plot_path:
-        console.print(f"wrote {plot_path}")
+        console.print(f"wrote {shown(plot_path)}")

@@ -72,6 +72,8 @@ CUSTOM_SLOT = {
     Kind.ALLTOALL: "all-to-all-implementation-custom",
 }
 WORKLOAD_PREFIX = "workload"
+#: Files every export folder holds: a folder with them is an earlier export, which a new export replaces whole.
+SIGNATURE = ("run_astrasim.sh", "NOTE.txt")
 REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
 BINARY_AWARE = "AstraSim_Analytical_Congestion_Aware"
 BINARY_UNAWARE = "AstraSim_Analytical_Congestion_Unaware"
@@ -186,7 +188,7 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
     sets: list[EtSet] = []
     several = len(sizes) > 1
     out = Path(out_dir)
-    with atomic_directory(out) as temp:
+    with atomic_directory(out, signature=SIGNATURE, kind="`synth export chakra` output") as temp:
         for size, low in zip(sizes, lowered, strict=True):
             sub = format_size(size) if several else ""
             folder = temp / sub if sub else temp

@@ -158,16 +158,24 @@ def et_params(schedule: Schedule) -> tuple[int, dict[int, int], dict[int, list[i
             raise InputError("", where, f"transfer id {tid} is out of range 0..{count - 1}")
         return tid
 
+    def mapping(name: str) -> Mapping[Any, Any]:
+        value = raw.get(name, {})
+        if not isinstance(value, Mapping):
+            raise InputError("", f"params.et.{name}", f"expected an object, got {type(value).__name__}")
+        return value
+
     comp_us = raw.get("comp_us", 0)
-    if isinstance(comp_us, bool) or not isinstance(comp_us, int) or comp_us < 0:
-        raise InputError("", "params.et.comp_us", f"expected a whole number of µs >= 0, got {comp_us!r}")
+    if isinstance(comp_us, bool) or not isinstance(comp_us, int) or not 0 <= comp_us <= MAX_COMP_US:
+        raise InputError("", "params.et.comp_us", f"expected a whole number of µs from 0 to {MAX_COMP_US}, "
+                         f"got {comp_us!r}")
     by_transfer: dict[int, int] = {}
-    for key, value in dict(raw.get("comp_us_by_transfer", {})).items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError("", f"params.et.comp_us_by_transfer.{key}", f"expected µs >= 0, got {value!r}")
+    for key, value in mapping("comp_us_by_transfer").items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COMP_US:
+            raise InputError("", f"params.et.comp_us_by_transfer.{key}", f"expected µs from 0 to {MAX_COMP_US}, "
+                             f"got {value!r}")
         by_transfer[transfer_id(key, "params.et.comp_us_by_transfer")] = value
     recv_after: dict[int, list[int]] = {}
-    for key, value in dict(raw.get("recv_after", {})).items():
+    for key, value in mapping("recv_after").items():
         if not isinstance(value, list):
             raise InputError("", f"params.et.recv_after.{key}", "expected a list of transfer ids")
         recv_after[transfer_id(key, "params.et.recv_after")] = [transfer_id(v, f"params.et.recv_after.{key}")
@@ -191,6 +199,8 @@ def slice_sizes(message: int, slices: int) -> list[int]:
                          "bytes; use fewer slices or a larger size")
     base, extra = divmod(message, slices)
     return [base + 1 if j < extra else base for j in range(slices)]
+#: Longest COMP duration accepted in ``params["et"]``, in µs (1000 s).
+MAX_COMP_US = 10**9
 
 
 def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None = None, tag_base: int = 0,

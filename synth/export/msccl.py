@@ -817,6 +817,8 @@ def parse_xml(text: str, source: str = "") -> tuple[dict[str, str], list[dict[st
             if default is not None:
                 return default
             raise InputError(source, f"{where}.{name}", "missing attribute")
+        if len(value) > 20:  # checked before converting: 2^63 has 19 digits
+            raise InputError(source, f"{where}.{name}", f"expected an integer, got a text of {len(value)} characters")
         try:
             return int(value)
         except ValueError:
@@ -975,6 +977,15 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
     if chunks <= 0:
         raise InputError(source, "gpu 0", f"no input or output chunks declared (i_chunks={first['i']}, "
                          f"o_chunks={first['o']})")
+    # the declared size, before anything is expanded: a 1 KB file declaring 10^9 chunks is refused here
+    from synth import limits
+
+    limits.check_transfers(limits.min_transfers(kind, n, chunks), f"the MSCCL program in {source} ({chunks:,} "
+                           f"chunks on {n} gpus)", hint="")
+    moved = sum(max(1, st.cnt) for gpu_tbs in tbs for tb in gpu_tbs for st in tb.steps)
+    if n * chunks > 2 * moved + 1_000_000:
+        raise InputError(source, "algo", f"declares {chunks:,} chunks on {n} gpus, but its {moved:,} step chunk "
+                         "counts could not move a fraction of them")
     per = chunks // n if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL) else 0
     if per and chunks % n:
         raise InputError(source, "gpu", f"{kind} needs a chunk count that is a multiple of {n}, got {chunks}")
@@ -1268,15 +1279,30 @@ def _execute(source: str, tbs: list[list[_XmlTb]], resolve: Callable[[int, str, 
 
     total = sum(len(tb.steps) for gpu_tbs in tbs for tb in gpu_tbs)
     finished = 0
-    progressed = True
-    while finished < total and progressed:
-        progressed = False
-        for g in range(n):
-            for k, tb in enumerate(tbs[g]):
-                while position[g][k] < len(tb.steps) and execute(g, k, tb, tb.steps[position[g][k]]):
-                    position[g][k] += 1
-                    finished += 1
-                    progressed = True
+    # Run threadblocks from a work list: one that cannot go on waits for the step or the message queue it
+    # needs and is woken when that completes (linear in steps, even for a long chain of threadblocks that
+    # unblock each other in reverse order)
+    ready = deque((g, k) for g in range(n) for k in range(len(tbs[g])))
+    waiting: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+    while ready:
+        g, k = ready.popleft()
+        tb = tbs[g][k]
+        while position[g][k] < len(tb.steps) and execute(g, k, tb, tb.steps[position[g][k]]):
+            done_step = tb.steps[position[g][k]].s
+            position[g][k] += 1
+            finished += 1
+            ready.extend(waiting.pop(("step", g, k, done_step), ()))
+            if tb.send >= 0:
+                ready.extend(waiting.pop(("queue", g, tb.send, tb.chan), ()))
+        if position[g][k] < len(tb.steps):
+            step = tb.steps[position[g][k]]
+            target = tb_index[g].get(step.depid) if step.depid != -1 else None
+            if target is not None and (g, target, step.deps) not in completed:
+                waiting.setdefault(("step", g, target, step.deps), []).append((g, k))
+            elif step.s and (g, k, step.s - 1) not in completed:
+                waiting.setdefault(("step", g, k, step.s - 1), []).append((g, k))
+            else:
+                waiting.setdefault(("queue", tb.recv, g, tb.chan), []).append((g, k))
     if finished < total:
         g, tb, step = next((g, tb, tb.steps[position[g][k]]) for g in range(n) for k, tb in enumerate(tbs[g])
                            if position[g][k] < len(tb.steps))
