@@ -128,9 +128,36 @@ def _best_fitting(rows: list[Row], schedules: dict[tuple[str, str], Schedule]) -
     return None, "", "; ".join(notes)
 
 
+def _catalog_cell(spec: str, kind: Kind, out_name: str) -> tuple[CatalogEntry, dict[str, str]]:
+    """The catalog entry for one (topology, collective) and the files it adds (name -> text)."""
+    topology = load_topology(spec)
+    rows, skipped, schedules = run_all(topology, [kind], [CATALOG_SIZE], include_slow=False, keep_going=True)
+    time_bound = lower_bound(topology, kind)
+    bound = time_bound.algbw_GBps(CATALOG_SIZE) if time_bound else None
+    label = time_bound.label if time_bound else "bound"
+    row, text, note = _best_fitting(rows, schedules)
+    if row is None:
+        reasons = note or "; ".join(f"{s.algorithm}: {s.reason}" for s in skipped) or "no algorithm applies"
+        return (CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, None, None, None,
+                             None, bound, None, None, reasons, None, label), {})
+    schedule = schedules[(row.algorithm, row.collective)]
+    name = f"{slug(spec)}.{kind.value}.json"
+    files = {name: text}
+    xml, why = _msccl_xml(schedule, topology)
+    xml_name = None
+    if xml is not None:
+        xml_name = f"{slug(spec)}.{kind.value}.xml"
+        files[xml_name] = xml
+    note = "; ".join(part for part in (note, why) if part)
+    return (CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, row.algorithm, name,
+                         xml_name, row.algbw_GBps, bound, len(schedule.transfers),
+                         _command(spec, kind, row.algorithm, name, out_name), note,
+                         row.plan.to_dict(), label), files)
+
+
 def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | None = None,
                   kinds: Iterable[Kind] | None = None, out_label: str | None = None,
-                  progress: Callable[[str], None] | None = None) -> list[CatalogEntry]:
+                  progress: Callable[[str], None] | None = None, jobs: int = 1) -> list[CatalogEntry]:
     """Regenerate the catalog in ``out`` (atomically: a failure leaves the old catalog as it was).
 
     Parameters
@@ -144,42 +171,43 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     out_label : str, optional
         How the folder is named in the commands written to the README (default ``out`` as given).
     progress : callable, optional
-        Called with a short description before each (topology, collective).
+        Called with a short description after each (topology, collective) is done.
+    jobs : int
+        Worker processes; each (topology, collective) is one task. The result does not depend on it.
     """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InputError("", "jobs", f"expected a whole number of worker processes, at least 1, got {jobs!r}")
     out = Path(out)
     specs = list(topologies) if topologies is not None else default_specs()
     kinds = list(kinds) if kinds is not None else list(Kind)
     out_name = out_label if out_label is not None else str(out)
-    entries: list[CatalogEntry] = []
-    files: dict[str, str] = {}
     for spec in specs:
-        topology = load_topology(spec)
-        for kind in kinds:
+        load_topology(spec)  # a bad spec fails before any work starts
+    cells = [(spec, kind) for spec in specs for kind in kinds]
+    results: dict[tuple[str, Kind], tuple[CatalogEntry, dict[str, str]]] = {}
+    if jobs == 1 or len(cells) < 2:
+        for spec, kind in cells:
+            results[(spec, kind)] = _catalog_cell(spec, kind, out_name)
             if progress:
                 progress(f"{spec} {kind.value}")
-            rows, skipped, schedules = run_all(topology, [kind], [CATALOG_SIZE], include_slow=False, keep_going=True)
-            time_bound = lower_bound(topology, kind)
-            bound = time_bound.algbw_GBps(CATALOG_SIZE) if time_bound else None
-            label = time_bound.label if time_bound else "bound"
-            row, text, note = _best_fitting(rows, schedules)
-            if row is None:
-                reasons = note or "; ".join(f"{s.algorithm}: {s.reason}" for s in skipped) or "no algorithm applies"
-                entries.append(CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, None, None, None,
-                                            None, bound, None, None, reasons, None, label))
-                continue
-            schedule = schedules[(row.algorithm, row.collective)]
-            name = f"{slug(spec)}.{kind.value}.json"
-            files[name] = text
-            xml, why = _msccl_xml(schedule, topology)
-            xml_name = None
-            if xml is not None:
-                xml_name = f"{slug(spec)}.{kind.value}.xml"
-                files[xml_name] = xml
-            note = "; ".join(part for part in (note, why) if part)
-            entries.append(CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, row.algorithm, name,
-                                        xml_name, row.algbw_GBps, bound, len(schedule.transfers),
-                                        _command(spec, kind, row.algorithm, name, out_name), note,
-                                        row.plan.to_dict(), label))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(cells)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_catalog_cell, spec, kind, out_name): (spec, kind) for spec, kind in cells}
+            for future in as_completed(futures):
+                spec, kind = futures[future]
+                results[(spec, kind)] = future.result()
+                if progress:
+                    progress(f"{spec} {kind.value}")
+    entries: list[CatalogEntry] = []
+    files: dict[str, str] = {}
+    for cell in cells:  # the order of the cells, not of completion: the bytes do not depend on jobs
+        entry, cell_files = results[cell]
+        entries.append(entry)
+        files.update(cell_files)
     files[INDEX] = json.dumps({"size": CATALOG_SIZE, "model": "flow",
                                "entries": [e.to_dict() for e in entries]}, indent=1) + "\n"
     files[README] = render_readme(entries, out_name)

@@ -19,7 +19,7 @@ from synth.astra import (
     us_to_ns,
 )
 from synth.collectives import Kind
-from synth.errors import SynthError
+from synth.errors import LimitError, SynthError
 from synth.evaluate import evaluate
 from synth.export.et import EtNode, EtProgram
 from synth.library import load_topology
@@ -352,7 +352,11 @@ def test_every_algorithm_on_astra_networks_is_order_independent(spec):
             except SynthError:
                 continue
             for slices, window in ((1, None), (4, 2)):
-                lowered = lower(schedule, topology, 65536, extras=False, slices=slices, window=window)
+                try:
+                    lowered = lower(schedule, topology, 65536, extras=False, slices=slices, window=window)
+                except LimitError as error:  # schedules that cut 64 KiB into many chunks: messages under a ns
+                    assert "ASTRA-sim aborts" in str(error)
+                    continue
                 assert _runs_alike(lowered.program, lowered.network), (kind, algorithm.name, slices)
 
 

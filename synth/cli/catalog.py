@@ -34,6 +34,8 @@ def catalog(
                         help="only these topologies (repeatable); default every shipped one")] = None,
     collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
                           help="only these collectives (repeatable); default all six")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
+                    help="worker processes, one (topology, collective) each; the files do not depend on it")] = 1,
     check: Annotated[bool, typer.Option("--check", help="do not regenerate: re-verify every file and compare its "
                                         "figures with a fresh evaluation")] = False,
     as_json: bool = JSON_OPTION,
@@ -67,10 +69,10 @@ def catalog(
     total = len(specs) * (len(kinds) if kinds else 6)
     with progress_bar(total, "building the catalog") as (bar, task):
         def step(what: str) -> None:
-            bar.update(task, advance=1, description=f"best schedule for {what}")
-            detail(f"best schedule for {what}")
+            bar.update(task, advance=1, description=f"done: {what}")
+            detail(f"done: {what}")
 
-        entries = build_catalog(out, specs, kinds, progress=step)
+        entries = build_catalog(out, specs, kinds, progress=step, jobs=jobs)
     if as_json:
         print_json([e.to_dict() for e in entries])
         return
