@@ -120,6 +120,10 @@ def _classes(schedule: Schedule, topology: Topology, plan: Plan) -> _Classes:
                     np.array(local, dtype=bool))
 
 
+#: Memory for remembered max-min rates, in bytes (each set of active flows costs 8 bytes per path class).
+MEMO_BYTES = 64 * 2**20
+
+
 class _MaxMin:
     """Max-min fair per-flow rates of path classes by progressive filling.
 
@@ -139,6 +143,10 @@ class _MaxMin:
         if self.private:
             self._narrowest = np.full(num_classes, np.inf)
             np.minimum.at(self._narrowest, entry_class, capacity[entry_link])
+        # Pipelined schedules revisit the same sets of active flows many times (every slice of a step):
+        # the rates are a function of the member counts alone, so remember the latest few.
+        self._memo: dict[bytes, np.ndarray] = {}
+        self._memo_entries = max(1, MEMO_BYTES // (16 * max(1, num_classes)))
 
     def rates(self, members: np.ndarray, rate: np.ndarray) -> None:
         """Write the per-flow rate (bytes/s) of every class into ``rate`` (0 for idle classes)."""
@@ -147,6 +155,17 @@ class _MaxMin:
                 np.divide(self._narrowest, members, out=rate)
             rate[members == 0] = 0.0
             return
+        key = members.tobytes()
+        known = self._memo.get(key)
+        if known is not None:
+            rate[:] = known
+            return
+        self._fill(members, rate)
+        if len(self._memo) >= self._memo_entries:
+            self._memo.clear()
+        self._memo[key] = rate.copy()
+
+    def _fill(self, members: np.ndarray, rate: np.ndarray) -> None:
         rate[:] = 0.0
         weight_all = members[self.entry_class].astype(np.float64)
         live = weight_all > 0
