@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/synth demo
 
+# ruff, then the layer contract (tests/test_layers.py: which modules may import which; see docs/architecture.md)
 lint: $(STAMP)
 	$(BIN)/ruff check synth tests bench
+	$(BIN)/python -m pytest -p no:cacheprovider -q tests/test_layers.py
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest

@@ -269,7 +269,7 @@ def tiny_messages(quick: bool) -> Table:
     from synth import load_topology, synthesize
     from synth.astra import astra_system, smallest_message
     from synth.export.chakra import export_chakra
-    from synth.export.et import encode_rank, schedule_to_et
+    from synth.trace import encode_rank, schedule_to_et
 
     aware, _ = binaries()
     table = Table("astra_tiny", "Tiny messages: the smallest size synth exports runs, one byte less aborts",

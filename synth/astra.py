@@ -1,7 +1,7 @@
 """The ``astra`` evaluator model: predicts the time ASTRA-sim 2.x reports for a schedule, in ns.
 
 ``evaluate(schedule, topology, size, model="astra")`` turns the schedule into the very Chakra traces
-``synth export chakra`` writes (:func:`lower`: :func:`synth.export.et.schedule_to_et`, then the
+``synth export chakra`` writes (:func:`lower`: :func:`synth.trace.schedule_to_et`, then the
 ordering nodes of :func:`sequence_sends`) and runs them through a re-implementation of ASTRA-sim's
 custom-collective executor and analytical network (:func:`simulate`). Every rank's finish time is checked
 against the real ASTRA-sim 2.x binaries by ``make astra-check`` (``bench/bench_astra.py``).
@@ -42,7 +42,7 @@ an integer event delay). Ring allgather: 7 hops in sequence = 20587 ns; on a Swi
 ring allreduce: 14 hops plus 7 one-ns reductions = 41181; direct allgather on FullyConnected: 2941;
 the MSCCL-converted ring allreduce with 7 µs reductions: 41174 + 49000 = 90174 ns.
 
-Compute time: COMP durations come from the schedule's ``params["et"]`` (see :mod:`synth.export.et`;
+Compute time: COMP durations come from the schedule's ``params["et"]`` (see :mod:`synth.trace`;
 the Chakra importer stores the durations it read there), else 0 µs (1 ns) per reduction.
 
 Examples
@@ -443,7 +443,7 @@ _Context = tuple[int, int, Any]  # (step id, call id or -1, (rank, node index) o
 
 
 def simulate(program: Any, network: Network, order: str | int | None = None) -> SimulationResult:
-    """Run an :class:`~synth.export.et.EtProgram` as ASTRA-sim's custom-collective executor does.
+    """Run an :class:`~synth.trace.EtProgram` as ASTRA-sim's custom-collective executor does.
 
     Besides the finish times, it reports every place where two messages reach one link in the same ns
     in an order ASTRA-sim could take differently (:attr:`SimulationResult.ties` and ``delays``, see
@@ -742,8 +742,8 @@ def sequence_sends(program: Any, network: Network) -> SimulationResult:
     links (congestion-unaware) need none. Tests check the result by issuing simultaneously ready nodes in
     reversed and random orders (:func:`simulate`'s ``order``).
     """
-    from synth.export.et import EtNode
     from synth.proto.et_def import NodeType
+    from synth.trace import EtNode
 
     result = simulate(program, network)
     base_length = [len(nodes) for nodes in program.nodes]
@@ -806,7 +806,7 @@ def lower(schedule: Schedule, topology: Topology, size: int, comp_duration_us: i
           tag_base: int = 0, extras: bool = True, slices: int = 1, window: int | None = None) -> Lowered:
     """The traces ``synth export chakra`` writes for ``schedule`` at ``size`` bytes, and their simulation.
 
-    :func:`synth.export.et.schedule_to_et` builds the nodes (``slices`` messages per transfer, ``window``
+    :func:`synth.trace.schedule_to_et` builds the nodes (``slices`` messages per transfer, ``window``
     in flight), :func:`sequence_sends` fixes the order of sends that share a link. Refuses (LimitError)
     messages ASTRA-sim cannot run (:func:`smallest_message`) on a network it describes.
 
@@ -819,7 +819,7 @@ def lower(schedule: Schedule, topology: Topology, size: int, comp_duration_us: i
     >>> lowered.result.finish_ns, lowered.program.order_nodes  # ASTRA-sim 2.x reports the same finish times
     ([20528, 25410, 30292, 30292], 8)
     """
-    from synth.export.et import chunk_bytes, schedule_to_et, slice_sizes
+    from synth.trace import chunk_bytes, schedule_to_et, slice_sizes
 
     if len(schedule.ranks) != topology.num_ranks:
         raise InputError("", "topology", f"the schedule has {len(schedule.ranks)} ranks, the topology "

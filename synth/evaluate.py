@@ -279,8 +279,6 @@ def simulate_flow(schedule: Schedule, topology: Topology, size: int, plan: Plan 
     >>> simulate_flow(synthesize(topo, "allgather", "ring"), topo, 2 * 10**9)  # 1 GB over 1 GB/s
     1.0
     """
-    if plan is None:
-        plan = make_plan(schedule.collective.chunks, size, Protocol.IDEAL, slices=1)
     return simulate(schedule, topology, size, plan)
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.errors import VerificationError
-from synth.plan import Plan
+from synth.plan import Plan, Protocol, make_plan
 from synth.schedule import Schedule
 from synth.topology import Topology
 
@@ -217,8 +217,22 @@ def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np
     return flat[index], owner
 
 
-def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan) -> float:
-    """Completion time in seconds of ``schedule`` at ``size`` bytes under ``plan`` (see the module doc)."""
+def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None) -> float:
+    """Completion time in seconds of ``schedule`` at ``size`` bytes under ``plan`` (see the module doc).
+
+    Without a plan: the ``ideal`` protocol with every chunk one slice, the plain chunk-level α-β model
+    (the yardstick algorithms use; commands use :func:`synth.evaluate.evaluate` and the plan rule).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> topo = load_topology("ring:n=2,latency=0,bandwidth=1")
+    >>> simulate(synthesize(topo, "allgather", "ring"), topo, 2 * 10**9)  # 1 GB over 1 GB/s
+    1.0
+    """
+    if plan is None:
+        plan = make_plan(schedule.collective.chunks, size, Protocol.IDEAL, slices=1)
     return simulate_detailed(schedule, topology, size, plan).time_s
 
 

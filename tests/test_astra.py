@@ -21,10 +21,10 @@ from synth.astra import (
 from synth.collectives import Kind
 from synth.errors import LimitError, SynthError
 from synth.evaluate import evaluate
-from synth.export.et import EtNode, EtProgram
 from synth.library import load_topology
 from synth.proto.et_def import NodeType
 from synth.topology import Topology
+from synth.trace import EtNode, EtProgram
 from tests.strategies import topologies
 
 VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
@@ -288,7 +288,7 @@ def test_unordered_traces_depend_on_issue_order_and_ordered_ones_do_not():
     """D1: every rank's sends to all others are ready at time 0 and share the rank's uplink to the switch;
     without ordering nodes their order is ASTRA-sim's hash order."""
     from synth.astra import lower, network_for
-    from synth.export.et import schedule_to_et
+    from synth.trace import schedule_to_et
 
     topology = load_topology(f"switch:n=12,{ASTRA_LINK}")
     schedule = synthesize(topology, "allgather", "direct")
@@ -399,7 +399,7 @@ def test_messages_under_a_ns_are_refused_with_the_smallest_size_that_runs(tmp_pa
 
 def test_a_send_meeting_a_passing_message_waits_a_ns():
     from synth.astra import lower, simulate
-    from synth.export.et import schedule_to_et
+    from synth.trace import schedule_to_et
 
     topology = load_topology(f"ring:n=8,{ASTRA_LINK}")
     schedule = synthesize(topology, "allreduce", "tree")

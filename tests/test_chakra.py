@@ -15,9 +15,9 @@ from synth.collectives import Kind
 from synth.errors import InputError, NotApplicable, SynthError
 from synth.evaluate import evaluate
 from synth.export.chakra import export_chakra, import_chakra
-from synth.export.et import MAX_TAG, decode_et_bytes, encode_rank, schedule_to_et
 from synth.library import load_topology
 from synth.proto import et_def
+from synth.trace import MAX_TAG, decode_et_bytes, encode_rank, schedule_to_et
 from synth.verify import verify
 from tests.strategies import topologies
 
@@ -305,7 +305,7 @@ def test_round_trip_on_random_topologies(topology, tmp_path_factory):
 
 # ------------------------------------------------------------------------------------------------ slices
 def test_slices_split_every_transfer_with_remainders_spread_and_per_slice_deps():
-    from synth.export.et import slice_sizes
+    from synth.trace import slice_sizes
 
     assert slice_sizes(10, 4) == [3, 3, 2, 2] and sum(slice_sizes(131075, 8)) == 131075
     topology = load_topology("ring:n=4")

@@ -376,8 +376,8 @@ def test_local_ops_lower_to_chakra_and_come_back(tmp_path):
     # for what it waits for) and comes back from the metadata
     from synth.collectives import Collective
     from synth.export.chakra import export_chakra, import_chakra
-    from synth.export.et import schedule_to_et
     from synth.schedule import Schedule, Transfer
+    from synth.trace import schedule_to_et
 
     topology = load_topology("switch:n=2")
     transfers = (Transfer(0, 0, 1, 0, "copy", ("gpu0", "sw0", "gpu1"), (), None, 0),

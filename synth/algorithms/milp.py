@@ -48,7 +48,7 @@ How it is solved
    variables is not run (CP-SAT could not load it in time) and the greedy plan is returned, saying so.
 4. The epoch model is coarse: every solution CP-SAT finds is kept, and of them and the greedy plan the
    one that *simulates* fastest (synth's flow model at ``size``, chunk by chunk with the plain α-β
-   costs: :func:`synth.evaluate.simulate_flow`) is the result. Transfers on a contended
+   costs: :func:`synth.flow.simulate`) is the result. Transfers on a contended
    link get deps that keep their planned order in a few *lanes* (``order_deps="link"``), or none
    (``"none"``: they share the link); ``"auto"`` simulates both.
 
@@ -392,9 +392,9 @@ def _schedule_of(topology: Topology, coll: Collective, phases: list[tuple[str, P
         schedule = _assemble(topology, coll, planned, phases, settings, variant)
         if len(variants) == 1:
             return schedule
-        from synth.evaluate import simulate_flow
+        from synth.flow import simulate
 
-        seconds = simulate_flow(schedule, topology, settings.size)
+        seconds = simulate(schedule, topology, settings.size)
         if best is None or seconds < best[0] * (1 - 1e-9):
             best = (seconds, variant, schedule)
     assert best is not None
@@ -507,22 +507,25 @@ class _Scorer:
         kind = Kind.ALLGATHER if multicast else Kind.ALLTOALL
         self.collective = Collective(kind, coll.num_ranks, coll.chunks)
         self.size = size
-        self.cache: dict[int, float] = {}
+        # keyed by id, holding the plan so that its id cannot be reused by another plan while cached
+        self.cache: dict[int, tuple[Plan, float]] = {}
 
     def seconds(self, instance: Instance, plan: Plan) -> float:
-        from synth.evaluate import simulate_flow
+        from synth.flow import simulate
 
         key = id(plan)
-        if key not in self.cache:
+        hit = self.cache.get(key)
+        if hit is None or hit[0] is not plan:
             result = PhaseResult(instance, plan, 0, "", 0, 0)
             planned = _forward_transfers(result, self.collective)
             best = math.inf
             for variant in ("link", "none"):
                 schedule = _build(instance.topology, self.collective, planned, [("", result)], variant,
                                   self.size, {})
-                best = min(best, simulate_flow(schedule, instance.topology, self.size))
-            self.cache[key] = best
-        return self.cache[key]
+                best = min(best, simulate(schedule, instance.topology, self.size))
+            self.cache[key] = (plan, best)
+            return best
+        return hit[1]
 
 
 def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item], multicast: bool,

@@ -23,6 +23,7 @@ app = typer.Typer(
 #: Command modules; each defines ``register(app)``.
 COMMAND_MODULES = [
     "synth.cli.basic",
+    "synth.cli.algorithms",
     "synth.cli.demo",
     "synth.cli.explore",
     "synth.cli.catalog",

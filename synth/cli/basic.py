@@ -87,7 +87,7 @@ def show(topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)], as_json: 
 def generate(
     topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
     collective: Annotated[str, typer.Option("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, broadcast, reduce")],
-    algorithm: Annotated[str, typer.Option("--algorithm", "-a", help="an algorithm name (see `synth generate --help`)")] = "ring",
+    algorithm: Annotated[str, typer.Option("--algorithm", "-a", help="an algorithm name (`synth algorithms` lists them with their options)")] = "ring",
     output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write (synth.schedule/2 JSON)")] = "schedule.json",
     chunks: Annotated[int | None, typer.Option("--chunks", "-k", help="chunks C (algorithm default if omitted)")] = None,
     root: Annotated[int | None, typer.Option("--root", help="root rank for broadcast and reduce")] = None,

@@ -2,7 +2,7 @@
 
 Export writes, into an output folder (atomically), for every message size:
 
-- ``<name>.<rank>.et``: the schedule as per-rank traces (see :mod:`synth.export.et` for the exact
+- ``<name>.<rank>.et``: the schedule as per-rank traces (see :mod:`synth.trace` for the exact
   node mapping: COMM_SEND_NODE / COMM_RECV_NODE per transfer, or per slice of a transfer, with a unique
   tag, a COMP_NODE per reduction, dependencies so a rank forwards or reduces a chunk only after it has
   it), plus the ordering nodes of :func:`synth.astra.sequence_sends` that make the outcome independent
@@ -50,7 +50,11 @@ from synth.astra import (
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError, SynthError, VerificationError
 from synth.export import RouteBalancer, valid_path
-from synth.export.et import (
+from synth.fileio import atomic_directory
+from synth.proto.et_def import CollectiveCommType, NodeType
+from synth.schedule import COPY, REDUCE, Schedule, Transfer
+from synth.topology import Topology
+from synth.trace import (
     FORMAT,
     EtNode,
     EtProgram,
@@ -58,10 +62,6 @@ from synth.export.et import (
     encode_rank,
     workload_bytes,
 )
-from synth.fileio import atomic_directory
-from synth.proto.et_def import CollectiveCommType, NodeType
-from synth.schedule import COPY, REDUCE, Schedule, Transfer
-from synth.topology import Topology
 from synth.units import format_size
 
 #: ASTRA-sim's system-JSON key for a custom implementation of each collective.
@@ -136,7 +136,7 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
                   slices: int = 1, window: int | None = None) -> ChakraExport:
     """Write the ASTRA-sim run folder for ``schedule`` at every size (see the module docstring).
 
-    ``slices`` and ``window`` lower an execution plan's slicing (:func:`synth.export.et.schedule_to_et`);
+    ``slices`` and ``window`` lower an execution plan's slicing (:func:`synth.trace.schedule_to_et`);
     the defaults write one message per transfer. Sizes whose messages ASTRA-sim cannot run are refused
     (LimitError, nothing written).
 

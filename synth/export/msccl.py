@@ -66,7 +66,8 @@ from typing import Any
 
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError, LimitError, VerificationError
-from synth.export import NearestTouching, RouteBalancer
+from synth.export import RouteBalancer
+from synth.rank_deps import NearestTouching
 from synth.schedule import COPY, REDUCE, Schedule, Transfer
 from synth.topology import Topology
 

@@ -67,9 +67,9 @@ from typing import Any
 
 from synth.collectives import Kind
 from synth.errors import InputError, LimitError
-from synth.export import NearestTouching
 from synth.proto import et_def
 from synth.proto.et_def import CollectiveCommType, NodeType
+from synth.rank_deps import NearestTouching
 from synth.schedule import REDUCE, Schedule, Transfer
 
 #: ``GlobalMetadata.version`` written into every file (nobody checks it; it must not be empty).
