@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/synth demo
 
-# ruff, then the layer contract (tests/test_layers.py: which modules may import which; see docs/architecture.md)
+# ruff, the layer contract (tests/test_layers.py: which modules may import which; see docs/architecture.md),
+# then mypy ([tool.mypy] in pyproject.toml: strict on the core modules)
 lint: $(STAMP)
 	$(BIN)/ruff check synth tests bench
 	$(BIN)/python -m pytest -p no:cacheprovider -q tests/test_layers.py
+	$(BIN)/mypy
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest

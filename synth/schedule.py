@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError
@@ -29,8 +29,8 @@ from synth.topology import read_document
 FORMAT = "synth.schedule/2"
 #: Formats read (older versions are a subset of the current one).
 READ_FORMATS = ("synth.schedule/1", FORMAT)
-COPY = "copy"
-REDUCE = "reduce"
+COPY: Final = "copy"
+REDUCE: Final = "reduce"
 
 
 #: Largest accepted scratch slot index.

@@ -237,7 +237,7 @@ class Topology:
         """Build a topology from python lists: ``links`` are ``(src, dst, bandwidth[, latency])``;
         ``forwards`` marks every gpu as forwarding (see the module docstring)."""
         gpu_node: dict[str, Any] = {"type": GPU, "forwards": True} if forwards else {"type": GPU}
-        data = {
+        data: dict[str, Any] = {
             "name": name,
             "description": description,
             "nodes": [{"id": g, **gpu_node} for g in gpus] + [{"id": s, "type": SWITCH} for s in switches],
@@ -391,7 +391,7 @@ class Topology:
 
     def is_gpu(self, node: str) -> bool:
         """True when ``node`` is a gpu."""
-        return self.graph.nodes[node]["type"] == GPU
+        return bool(self.graph.nodes[node]["type"] == GPU)
 
     def forwards(self, node: str) -> bool:
         """True when bytes may pass through ``node`` within one transfer: a switch, or a gpu marked
@@ -413,7 +413,7 @@ class Topology:
 
     def has_link(self, src: str, dst: str) -> bool:
         """True when a directed link ``src -> dst`` exists."""
-        return self.graph.has_edge(src, dst)
+        return bool(self.graph.has_edge(src, dst))
 
     def bandwidth(self, src: str, dst: str) -> float:
         """Bandwidth of the directed link in GB/s."""

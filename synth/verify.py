@@ -162,8 +162,8 @@ def _topological_order(schedule: Schedule) -> tuple[list[int], list[int]]:
             if highest >= t.id:
                 in_order = False
     if in_order:
-        order = list(range(count))
-        return order, order
+        identity = list(range(count))
+        return identity, identity
     indegree = [len(set(t.deps)) for t in transfers]
     children: list[list[int]] = [[] for _ in range(count)]
     for t in transfers:
