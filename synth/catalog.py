@@ -30,7 +30,7 @@ from synth.compare import Row, lower_bound, run_all
 from synth.errors import InputError, SynthError
 from synth.evaluate import evaluate
 from synth.fileio import atomic_directory
-from synth.library import load_topology, shipped
+from synth.library import load_topology, shipped, shipped_files
 from synth.schedule import Schedule
 from synth.topology import Topology
 from synth.units import format_size
@@ -80,10 +80,6 @@ class CatalogEntry:
 def default_specs() -> list[str]:
     """The shipped topologies: every file in ``topologies/`` (by its library spec when it has one), or
     the shipped library names when there are no files."""
-    try:
-        from synth.library import shipped_files
-    except ImportError:
-        return shipped()
     return [spec or name for name, spec in shipped_files()] or shipped()
 
 
@@ -93,12 +89,9 @@ def slug(spec: str) -> str:
 
 
 def _msccl_xml(schedule: Schedule, topology: Topology) -> tuple[str | None, str]:
-    """The schedule as MSCCL XML text when the exporter exists and the schedule fits the runtime's
-    limits, else (None, why)."""
-    try:
-        from synth.export.msccl import lower_msccl
-    except ImportError:
-        return None, ""
+    """The schedule as MSCCL XML text when it fits the runtime's limits, else (None, why)."""
+    from synth.export.msccl import lower_msccl
+
     try:
         text = lower_msccl(schedule).xml()
     except SynthError as error:
@@ -118,7 +111,7 @@ def _best_fitting(rows: list[Row], schedules: dict[tuple[str, str], Schedule]) -
     """The highest-algbw row whose schedule JSON fits, its JSON text, and a note about any better
     schedule that was too large."""
     ranked = sorted(rows, key=lambda r: -r.algbw_GBps)  # stable: registry order breaks ties
-    notes = []
+    notes: list[str] = []
     for row in ranked:
         text = schedules[(row.algorithm, row.collective)].to_json()
         if len(text.encode("utf-8")) <= MAX_JSON_BYTES:

@@ -358,7 +358,7 @@ def _libc() -> ctypes.CDLL | None:
             _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
         except OSError:
             _LIBC = False
-    return _LIBC or None
+    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
 
 
 def _link_unnamed(fd: int, name: Path) -> bool:

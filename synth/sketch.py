@@ -68,14 +68,14 @@ synth.errors.InputError: sketch: pairing: Input should be 'any' or 'same-index'
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from synth.errors import InputError
 from synth.topology import Topology, read_document
 
-FORMAT = "synth.sketch/1"
+FORMAT: Final = "synth.sketch/1"
 
 
 class _SketchModel(BaseModel):

@@ -296,8 +296,8 @@ def rhd(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
                 own = range(phys[2 * i] * per, (phys[2 * i] + 1) * per)
                 send(2 * i + 1, 2 * i, list(own), COPY)
             elif kind == Kind.ALLGATHER:
-                own = set(range(phys[2 * i] * per, (phys[2 * i] + 1) * per))
-                send(2 * i + 1, 2 * i, [c for c in everything if c not in own], COPY)
+                kept = set(range(phys[2 * i] * per, (phys[2 * i] + 1) * per))
+                send(2 * i + 1, 2 * i, [c for c in everything if c not in kept], COPY)
             else:
                 send(2 * i + 1, 2 * i, everything, COPY)
         finish_round()
