@@ -121,7 +121,8 @@ def export_msccl_command(
     sms: Annotated[int, typer.Option("--sms", min=1, max=100_000, help="SMs per gpu: most threadblocks per gpu (A100: 108)")] = 108,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, max=1_000_000, help="steps per threadblock must stay below this "
                                            "(256; some MSCCL builds 64)")] = 256,
-    proto: Annotated[str, typer.Option("--proto", help="Simple, LL or LL128")] = "Simple",
+    proto: Annotated[str | None, typer.Option("--proto", help="Simple, LL or LL128; default the protocol the "
+                                              "schedule pins (params.plan), else Simple")] = None,
     min_bytes: Annotated[str, typer.Option("--min-bytes", help="smallest message size the algorithm is used for")] = "0",
     max_bytes: Annotated[str, typer.Option("--max-bytes", help="message sizes below this use the algorithm")] = "1TiB",
     size: Annotated[str, typer.Option("--size", "-s", help="message size for the predicted time and the routing "
@@ -156,7 +157,7 @@ def export_msccl_command(
             extra["predicted"] = predicted.to_dict()
         print_json({"output": output, **stats, **extra})
         return
-    console.print(f"wrote {shown(output)}: {shown(schedule.algorithm)} {schedule.kind} for MSCCL ({shown(program.coll)}, {shown(proto)}), "
+    console.print(f"wrote {shown(output)}: {shown(schedule.algorithm)} {schedule.kind} for MSCCL ({shown(program.coll)}, {shown(program.proto)}), "
                   f"{stats['channels']} channel(s), {stats['threadblocks']} threadblocks (at most "
                   f"{stats['max_tbs_per_gpu']} per gpu), {stats['steps']} steps (at most {stats['max_steps_per_tb']} "
                   "per threadblock)")

@@ -595,10 +595,13 @@ def _make_steps(unit: tuple[_Op, ...], schedule: Schedule, lowering: _Lowering) 
     return [_Step(kind, operand[0], operand[1], db, do)]  # type: ignore[index]
 
 
-def lower_msccl(schedule: Schedule, proto: str = "Simple", limits: MscclLimits | None = None,
+def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimits | None = None,
                 max_channels: int | None = None, min_bytes: int = 0, max_bytes: int = DEFAULT_MAX_BYTES,
                 name: str | None = None) -> MscclProgram:
     """Lower a verified schedule to an :class:`MscclProgram` that meets every runtime limit.
+
+    ``proto`` is the protocol the XML names (the runtime runs the whole program with it); default the
+    protocol the schedule pins in ``params["plan"]`` when it pins an MSCCL one, else ``Simple``.
 
     Raises :class:`~synth.errors.LimitError` naming the limit, the excess and the fix when no channel
     count up to ``max_channels`` fits.
@@ -615,6 +618,10 @@ def lower_msccl(schedule: Schedule, proto: str = "Simple", limits: MscclLimits |
     if max_channels is not None:
         limits = MscclLimits(max_channels, limits.max_tbs_per_channel, limits.sms, limits.max_steps, limits.max_cnt)
     limits.check()
+    if proto is None:
+        pinned_protocol = (schedule.params.get("plan") or {}).get("protocol") \
+            if isinstance(schedule.params.get("plan"), dict) else None
+        proto = pinned_protocol if pinned_protocol in PROTOCOLS else "Simple"
     if proto not in PROTOCOLS:
         raise InputError("", "--proto", f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}")
     if min_bytes < 0 or max_bytes <= min_bytes:
@@ -1061,6 +1068,8 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
                                   None if r.dst_cell[0] == "d" else r.dst_cell[1]))
     params = {"imported_from": "msccl", "name": algo.get("name", ""), "proto": algo.get("proto", ""),
               "nchannels": algo.get("nchannels", "")}
+    if params["proto"] in PROTOCOLS:  # the runtime runs the program with the protocol the XML names
+        params["plan"] = {"protocol": params["proto"]}
     schedule = Schedule(collective, topology_name or topology.name, topology.gpus, "msccl-import", params,
                         tuple(transfers))
     from synth.verify import verify
