@@ -408,9 +408,10 @@ def test_msccl_reverse_chain_of_threadblocks_runs_in_linear_steps(tmp_path):
                    f'dstbuf="i" dstoff="-1" cnt="0" {dep} hasdep="0"/></tb>')
     send = ('<tb id="{id}" send="{peer}" recv="{peer}" chan="0"><step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="o" '
             'dstoff="{off}" cnt="1" depid="-1" deps="-1" hasdep="0"/><step s="1" type="r" srcbuf="i" srcoff="0" '
-            'dstbuf="o" dstoff="{other}" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb>')
-    gpu0 = "".join(tbs) + send.format(id=count, peer=1, off=0, other=1)
-    gpu1 = send.format(id=0, peer=0, off=1, other=0)
+            'dstbuf="o" dstoff="{other}" cnt="1" depid="-1" deps="-1" hasdep="0"/><step s="2" type="cpy" srcbuf="i" '
+            'srcoff="0" dstbuf="o" dstoff="{own}" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb>')
+    gpu0 = "".join(tbs) + send.format(id=count, peer=1, off=0, other=1, own=0)
+    gpu1 = send.format(id=0, peer=0, off=1, other=0, own=1)
     text = (f'<algo name="chain" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allgather" inplace="0">'
             f'<gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">{gpu0}</gpu>'
             f'<gpu id="1" i_chunks="1" o_chunks="2" s_chunks="0">{gpu1}</gpu></algo>')
@@ -429,7 +430,7 @@ def test_msccl_reverse_chain_of_threadblocks_runs_in_linear_steps(tmp_path):
         schedule = import_msccl(tmp_path / "chain.xml", load_topology("ring:n=2"), text=text)
     finally:
         msccl.parse_xml = original
-    assert len(schedule.transfers) == 2 and calls == [count + 4]
+    assert len(schedule.transfers) == 2 and calls == [count + 6]  # two sends (the local copies into place are no transfers)
 
 
 def test_sweep_ranges_are_counted_before_they_are_expanded(tmp_path):
