@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from synth.algorithms import available, synthesize
 from synth.collectives import Kind
@@ -37,6 +37,13 @@ class Row:
     plan: Plan
     bound_time_s: float | None = None
     bound_label: str = "bound"
+    variant: str = ""
+
+    @property
+    def label(self) -> str:
+        """The algorithm's name, with the variant the schedule chose for this size when it records one
+        (``forest(k=3)``); the name alone otherwise."""
+        return f"{self.algorithm}({self.variant})" if self.variant else self.algorithm
 
     @property
     def percent_of_bound(self) -> float | None:
@@ -59,7 +66,7 @@ class Row:
                 "congestion_time_s": self.congestion_time_s, "synthesis_s": self.synthesis_s,
                 "bound_time_s": self.bound_time_s, "bound_algbw_GBps": self.bound_algbw_GBps,
                 "bound_label": self.bound_label, "percent_of_bound": self.percent_of_bound,
-                **self.plan.to_dict()}
+                "variant": self.variant, **self.plan.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,16 @@ def bandwidth_bound(topology: Topology, kind: Kind) -> float | None:
     return None if bound is None else bound.bandwidth_algbw_GBps()
 
 
-#: Algorithms left out unless asked for by name (solver runs that can take minutes).
-SLOW_ALGORITHMS = frozenset({"milp"})
+#: The baseline of every speedup, in order of preference: ``nccl`` (what NCCL would run), else ``ring``
+#: (NCCL's ring) where ``nccl`` does not apply.
+BASELINE_ALGORITHMS = ("nccl", "ring")
+
+
+def is_slow(name: str) -> bool:
+    """Whether the registered algorithm ``name`` is a slow solver run (left out unless named)."""
+    from synth.algorithms import REGISTRY
+
+    return name in REGISTRY and REGISTRY[name].slow
 
 
 def planned(kinds: Iterable[Kind], algorithms: Iterable[str] | None = None,
@@ -97,7 +112,7 @@ def planned(kinds: Iterable[Kind], algorithms: Iterable[str] | None = None,
     """The (collective, algorithm) pairs :func:`run_all` will try, in its order (for progress bars)."""
     wanted = set(algorithms) if algorithms is not None else None
     return [(kind, a.name) for kind in kinds for a in available(kind)
-            if (wanted is None or a.name in wanted) and (include_slow or wanted is not None or a.name not in SLOW_ALGORITHMS)]
+            if (wanted is None or a.name in wanted) and (include_slow or wanted is not None or not a.slow)]
 
 
 def best_rows(rows: Iterable[Row]) -> set[tuple[str, int, str]]:
@@ -110,24 +125,94 @@ def best_rows(rows: Iterable[Row]) -> set[tuple[str, int, str]]:
     return {(r.collective, r.size, r.algorithm) for r in best.values()}
 
 
+def baselines(rows: Iterable[Row]) -> dict[tuple[str, int], Row]:
+    """The baseline row per (collective, size): the ``nccl`` row, else the ``ring`` row
+    (:data:`BASELINE_ALGORITHMS`); a (collective, size) with neither has no entry.
+
+    Examples
+    --------
+    >>> from synth.plan import make_plan
+    >>> plan = make_plan(4, 1024, "Simple")
+    >>> rows = [Row("ring", "allgather", 1024, 2.0, 1.0, 1.0, 1.0, 0.0, plan),
+    ...         Row("nccl", "allgather", 1024, 4.0, 1.0, 1.0, 1.0, 0.0, plan)]
+    >>> baselines(rows)[("allgather", 1024)].algorithm
+    'nccl'
+    """
+    found: dict[tuple[str, int], Row] = {}
+    rank = {name: index for index, name in enumerate(BASELINE_ALGORITHMS)}
+    for row in rows:
+        if row.algorithm not in rank:
+            continue
+        key = (row.collective, row.size)
+        if key not in found or rank[row.algorithm] < rank[found[key].algorithm]:
+            found[key] = row
+    return found
+
+
+def speedup(row: Row, baseline: Row | None) -> float | None:
+    """The baseline's time over ``row``'s time at the same size (2.0: twice as fast), or None.
+
+    Examples
+    --------
+    >>> from synth.plan import make_plan
+    >>> plan = make_plan(4, 1024, "Simple")
+    >>> fast, slow = (Row(a, "allgather", 1024, t, 1.0, 1.0, 1.0, 0.0, plan) for a, t in (("forest", 1.0), ("nccl", 3.0)))
+    >>> speedup(fast, slow)
+    3.0
+    """
+    if baseline is None or row.time_s <= 0 or baseline.size != row.size or baseline.collective != row.collective:
+        return None
+    return baseline.time_s / row.time_s
+
+
+def baseline_description(topology: Topology, name: str = "nccl") -> str:
+    """One line saying what the baseline ``name`` runs on ``topology`` (NCCL's rail-aware rings and
+    double binary tree on NVLink boxes with NICs; NCCL's ring elsewhere, e.g. a torus).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> baseline_description(load_topology("torus:dims=3x3")).split(";")[1][:50]
+    ' torus:dims=3x3 has no NVLink boxes with NIC rails'
+    """
+    from synth.algorithms.ring import box_groups
+
+    if name != "nccl":
+        return f"{name}: NCCL's ring (nccl does not apply here)"
+    if box_groups(topology):
+        return ("nccl: what NCCL 2.16 would run: rail-aware ring channels or its double binary tree, and the "
+                "protocol, chosen per size by its tuning model")
+    return (f"nccl: what NCCL 2.16 would run; {topology.name} has no NVLink boxes with NIC rails, so that is "
+            "NCCL's ring (and, for allreduce, its tree) over the fabric, protocol by its tuning model")
+
+
 def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], algorithms: Iterable[str] | None = None,
             options: dict[str, dict[str, object]] | None = None, model: str = "flow",
             progress: Callable[[str], None] | None = None, include_slow: bool = True,
             keep_going: bool = False, plan: PlanOptions | None = None,
-            ) -> tuple[list[Row], list[Skipped], dict[tuple[str, str], Schedule]]:
+            ) -> tuple[list[Row], list[Skipped], dict[tuple[Any, ...], Schedule]]:
     """Synthesize, verify and evaluate every applicable algorithm for each collective and size.
 
     Every schedule is evaluated by :func:`synth.evaluate.evaluate_sizes` under the same plan rule
     (``plan`` overrides it explicitly, the same for every algorithm), so each row's time is the one
     ``synth evaluate`` prints for that schedule and size.
 
-    ``include_slow=False`` leaves out :data:`SLOW_ALGORITHMS` unless named in ``algorithms``;
-    ``keep_going=True`` records an algorithm that fails with a :class:`SynthError` (a limit, an
-    infeasible request) as skipped instead of stopping.
+    A size-sensitive algorithm (:attr:`synth.algorithms.Algorithm.size_sensitive`: ``nccl``, ``tree``,
+    ``forest``, ``milp``) is synthesized once per size with ``size=`` (unless ``options`` fix its
+    size), and each of its rows is measured on the schedule made for that size; the others are
+    synthesized once. A row's ``synthesis_s`` is the time to make the schedule it was measured on.
+
+    ``include_slow=False`` leaves out slow solvers (:attr:`~synth.algorithms.Algorithm.slow`) unless
+    named in ``algorithms``; ``keep_going=True`` records an algorithm that fails with a
+    :class:`SynthError` (a limit, an infeasible request) as skipped instead of stopping.
+
+    Returns the rows, the skipped algorithms and the schedules: ``schedules[(algorithm, collective,
+    size)]`` is the schedule each row was measured on; ``schedules[(algorithm, collective)]`` the one
+    for the largest size.
     """
     rows: list[Row] = []
     skipped: list[Skipped] = []
-    schedules: dict[tuple[str, str], Schedule] = {}
+    schedules: dict[tuple[Any, ...], Schedule] = {}
     sizes = list(sizes)
     wanted = set(algorithms) if algorithms is not None else None
     for kind in kinds:
@@ -135,33 +220,51 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
         for algorithm in available(kind):
             if wanted is not None and algorithm.name not in wanted:
                 continue
-            if not include_slow and wanted is None and algorithm.name in SLOW_ALGORITHMS:
+            if not include_slow and wanted is None and algorithm.slow:
                 continue
             if progress:
                 progress(f"{algorithm.name} {kind}")
-            started = time.perf_counter()
-            try:
-                schedule = synthesize(topology, kind, algorithm.name, **(options or {}).get(algorithm.name, {}))
-            except NotApplicable as reason:
-                skipped.append(Skipped(algorithm.name, kind.value, str(reason)))
-                continue
-            except (SynthError, ImportError) as error:
-                if not keep_going:
-                    raise
-                skipped.append(Skipped(algorithm.name, kind.value, f"{type(error).__name__}: {error}"))
-                continue
-            elapsed = time.perf_counter() - started
-            try:
-                verify(schedule, topology)
-            except SynthError as error:
-                if not keep_going:
-                    raise
-                skipped.append(Skipped(algorithm.name, kind.value, f"schedule failed verification: {error}"))
-                continue
-            schedules[(algorithm.name, kind.value)] = schedule
-            for result in evaluate_sizes(schedule, topology, sizes, model=model, options=plan):
-                rows.append(Row(algorithm.name, kind.value, result.size, result.time_s, result.algbw_GBps,
-                                result.busbw_GBps, result.congestion_time_s, elapsed, result.plan,
-                                None if bound is None else bound.time(result.size),
-                                "bound" if bound is None else bound.label))
+            user = dict((options or {}).get(algorithm.name, {}))
+            per_size = algorithm.size_sensitive and "size" not in user
+            groups = [[size] for size in sizes] if per_size else [sizes]
+            reasons: set[str] = set()
+            for group in groups:
+                made = _made(topology, kind, algorithm.name, dict(user, size=group[0]) if per_size else user,
+                             keep_going)
+                if isinstance(made, str):
+                    if made not in reasons:
+                        reasons.add(made)
+                        skipped.append(Skipped(algorithm.name, kind.value, made))
+                    continue
+                schedule, elapsed = made
+                schedules[(algorithm.name, kind.value)] = schedule
+                variant = str(schedule.params.get("variant", ""))
+                for result in evaluate_sizes(schedule, topology, group, model=model, options=plan):
+                    schedules[(algorithm.name, kind.value, result.size)] = schedule
+                    rows.append(Row(algorithm.name, kind.value, result.size, result.time_s, result.algbw_GBps,
+                                    result.busbw_GBps, result.congestion_time_s, elapsed, result.plan,
+                                    None if bound is None else bound.time(result.size),
+                                    "bound" if bound is None else bound.label, variant))
     return rows, skipped, schedules
+
+
+def _made(topology: Topology, kind: Kind, name: str, options: dict[str, Any],
+          keep_going: bool) -> tuple[Schedule, float] | str:
+    """A verified schedule and its synthesis time, or the reason it is skipped."""
+    started = time.perf_counter()
+    try:
+        schedule = synthesize(topology, kind, name, **options)
+    except NotApplicable as reason:
+        return str(reason)
+    except (SynthError, ImportError) as error:
+        if not keep_going:
+            raise
+        return f"{type(error).__name__}: {error}"
+    elapsed = time.perf_counter() - started
+    try:
+        verify(schedule, topology)
+    except SynthError as error:
+        if not keep_going:
+            raise
+        return f"schedule failed verification: {error}"
+    return schedule, elapsed

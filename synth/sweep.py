@@ -520,19 +520,30 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
         bound = _bound(topology, point.collective)
     except Exception:  # a bound is optional information (and skipped when over its limit)
         bound = None
-    started = time.perf_counter()
+    from synth.algorithms import REGISTRY
+
+    entry = REGISTRY.get(point.algorithm)
+    # a size-sensitive algorithm (nccl, tree, forest, milp) is made for each size, as compare does
+    per_size = entry is not None and entry.size_sensitive and "size" not in point.options
+    groups = [[int(size)] for size in sizes] if per_size else [[int(size) for size in sizes]]
+    evaluations = []
+    timings = []
     try:
-        schedule = synthesize(topology, point.collective, point.algorithm, **point.options)
-        synthesis_s = time.perf_counter() - started
-        verify(schedule, topology)
-        evaluations = evaluate_sizes(schedule, topology, [int(size) for size in sizes], model=point.model,
-                                     options=PlanOptions(**point.plan))
+        for group in groups:
+            started = time.perf_counter()
+            schedule = synthesize(topology, point.collective, point.algorithm,
+                                  **(dict(point.options, size=group[0]) if per_size else point.options))
+            synthesis_s = time.perf_counter() - started
+            verify(schedule, topology)
+            made = evaluate_sizes(schedule, topology, group, model=point.model, options=PlanOptions(**point.plan))
+            evaluations.extend(made)
+            timings.extend([synthesis_s] * len(made))
     except NotApplicable as reason:
         return failed_rows(point, sizes, NOT_APPLICABLE, _error_text(reason), topology.num_ranks, bound)
     except Exception as error:  # recorded in the results; the sweep goes on
         return failed_rows(point, sizes, ERROR, _error_text(error), topology.num_ranks, bound)
     rows = []
-    for result in evaluations:
+    for result, synthesis_s in zip(evaluations, timings, strict=True):
         row = _base_row(point)
         percent = 100.0 * bound.time(result.size) / result.time_s if bound and result.time_s > 0 else None
         row.update({"num_ranks": topology.num_ranks, "size": result.size, "status": OK,

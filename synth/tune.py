@@ -2,11 +2,17 @@
 algorithm registration decide it.
 
 :func:`tune` synthesizes every applicable registered algorithm once (each *candidate*: an algorithm and
-a set of options; a few algorithms are tried in more than one variant, see :data:`DEFAULT_VARIANTS`),
-verifies it, evaluates it at every message size (1 KiB to 4 GiB in powers of 4 by default) with the
+a set of options; a few algorithms are tried in more than one variant, the ``variants`` of their
+registry record, :class:`synth.algorithms.Algorithm`), verifies it, evaluates it at every message size (1 KiB to 4 GiB in powers of 4 by default) with the
 evaluator, and ranks the candidates per size. Algorithms that do not apply, or that stop on a limit,
 are listed as skipped with the reason. Slow solvers (``milp``) get ``time_limit_s`` when a time limit is
-given.
+given. Size-sensitive algorithms (``nccl``, ``tree``, ``forest``, ``milp``) are synthesized once per
+size (:func:`synth.compare.run_all`).
+
+The baseline ``nccl`` (what NCCL would run at that size) is always a candidate, even when ``algorithms``
+names others, so the tuned choice is never slower than it under the same evaluator; each size's row
+gives the baseline's time and the speedup over it (``baseline``, ``baseline_time_s``,
+``speedup_vs_baseline``). Where ``nccl`` does not apply the baseline is ``ring``.
 
 The runtime table (``synth tune ... --out table.json``), format ``synth.tune/1``::
 
@@ -24,7 +30,8 @@ The runtime table (``synth tune ... --out table.json``), format ``synth.tune/1``
       ],
       "sizes": [                           # one row per measured size, in increasing size
         {"size": 1024, "winner": "tree[shape=binomial]", "time_s": 1.1e-05, "algbw_GBps": 0.09,
-         "runner_up": "rhd", "runner_up_time_s": 1.3e-05, "percent_of_bound": 0.05}
+         "runner_up": "rhd", "runner_up_time_s": 1.3e-05, "percent_of_bound": 0.05,
+         "baseline": "nccl", "baseline_time_s": 1.2e-05, "speedup_vs_baseline": 1.09}
       ],
       "candidates": {                      # every candidate's measurements, in the order of "sizes"
         "ring": {"algorithm": "ring", "options": {}, "time_s": [...], "algbw_GBps": [...]}
@@ -44,6 +51,8 @@ Examples
 ['tree[shape=binomial]', 'ring']
 >>> [(r["min_bytes"], r["max_bytes"], r["algorithm"], r["options"]) for r in result.ranges()]
 [(0, 1048576, 'tree', {'shape': 'binomial'}), (1048576, None, 'ring', {})]
+>>> [row.speedup_vs_baseline >= 1 for row in result.per_size]
+[True, True]
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ from typing import Any
 
 from synth.algorithms import REGISTRY, available
 from synth.collectives import Kind, parse_kind
-from synth.compare import SLOW_ALGORITHMS, Skipped, lower_bound, run_all
+from synth.compare import BASELINE_ALGORITHMS, Skipped, lower_bound, run_all
 from synth.errors import InputError
 from synth.evaluate import PlanOptions
 from synth.fileio import atomic_write_bytes, atomic_write_text
@@ -72,12 +81,8 @@ FORMAT = "synth.tune/1"
 #: The default message sizes: 1 KiB to 4 GiB in powers of 4.
 DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(12))
 
-#: Algorithms tried in several variants (each a dict of options; ``{}`` is the default variant).
-DEFAULT_VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "ring": [{}, {"channels": 2}],
-    "tree": [{}, {"shape": "binomial"}],
-    "multidim": [{}, {"scheduler": "themis"}],
-}
+#: The baseline every size's row is measured against (always a candidate; ``ring`` where it does not apply).
+BASELINE = BASELINE_ALGORITHMS[0]
 
 
 @dataclass(frozen=True)
@@ -102,11 +107,26 @@ class SizeResult:
     runner_up_time_s: float | None
     percent_of_bound: float | None
     plan: Plan | None = None
+    baseline: str | None = None
+    baseline_time_s: float | None = None
+    variant: str = ""
+
+    @property
+    def winner_name(self) -> str:
+        """The winner's label with the variant its schedule chose at this size (``forest(k=3)``)."""
+        return f"{self.winner}({self.variant})" if self.variant else self.winner
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        """The baseline's time over the winner's (1.0 when the baseline wins), or None without one."""
+        if self.baseline_time_s is None or self.time_s <= 0:
+            return None
+        return self.baseline_time_s / self.time_s
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON row (the winner's plan as ``protocol``, ``slices``, ``slice_bytes``, ``window``)."""
         row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "plan"}
-        return {**row, **(self.plan.to_dict() if self.plan else {})}
+        return {**row, "speedup_vs_baseline": self.speedup_vs_baseline, **(self.plan.to_dict() if self.plan else {})}
 
 
 @dataclass(frozen=True)
@@ -203,7 +223,7 @@ def candidates(kind: Kind, algorithms: Iterable[str] | None = None,
     Examples
     --------
     >>> [c.label for c in candidates(Kind.ALLREDUCE, algorithms=["ring", "tree"])]
-    ['ring', 'ring[channels=2]', 'tree', 'tree[shape=binomial]']
+    ['ring', 'ring[channels=2]', 'ring[channels=auto]', 'tree', 'tree[shape=binomial]']
     """
     wanted = list(algorithms) if algorithms is not None else None
     if wanted is not None:
@@ -215,19 +235,19 @@ def candidates(kind: Kind, algorithms: Iterable[str] | None = None,
     for name in user:
         if name not in REGISTRY:
             raise InputError("", "option", f"options given for unknown algorithm {name!r}")
-    table = DEFAULT_VARIANTS if variants is None else variants
     result: list[Candidate] = []
     seen: set[tuple[str, str]] = set()
     for algorithm in available(kind):
         name = algorithm.name
         if wanted is not None and name not in wanted:
             continue
-        if wanted is None and not include_slow and name in SLOW_ALGORITHMS:
+        if wanted is None and not include_slow and algorithm.slow:
             continue
         extra: dict[str, Any] = {}
         if time_limit_s is not None and "time_limit_s" in _parameters(name):
             extra["time_limit_s"] = time_limit_s
-        for variant in table.get(name, [{}]):
+        table = algorithm.variants if variants is None else variants.get(name, [{}])
+        for variant in table or [{}]:
             merged = {**variant, **extra, **user.get(name, {})}
             key = (name, json.dumps(_plain(merged), sort_keys=True, default=str))
             if key in seen:
@@ -248,7 +268,8 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
          algorithms: Iterable[str] | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
          variants: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, time_limit_s: float | None = None,
          model: str = "flow", include_slow: bool = True,
-         progress: Callable[[str], None] | None = None, plan: PlanOptions | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, plan: PlanOptions | None = None,
+         baseline: bool = True) -> TuneResult:
     """Evaluate every applicable candidate at every size and rank them (see the module docstring).
 
     Parameters
@@ -262,7 +283,7 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
     options : dict, optional
         Per-algorithm options, ``{"milp": {"time_limit_s": 30}}``.
     variants : dict, optional
-        Per-algorithm list of option variants (default :data:`DEFAULT_VARIANTS`).
+        Per-algorithm list of option variants (default: each registry record's ``variants``).
     time_limit_s : float, optional
         Passed to every algorithm that takes ``time_limit_s`` (the solvers).
     model : str
@@ -274,6 +295,10 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
     plan : PlanOptions, optional
         Overrides of the execution plan, the same for every candidate (default: the rule of
         :mod:`synth.plan`, protocol auto).
+    baseline : bool
+        Add :data:`BASELINE` (``nccl``) to the candidates when ``algorithms`` leaves it out, and report
+        every size against it (default True); False: only the named algorithms, and the baseline is
+        reported only if among them.
     """
     kind = collective if isinstance(collective, Kind) else parse_kind(collective)
     size_list = sorted(set(DEFAULT_SIZES if sizes is None else sizes))
@@ -282,10 +307,14 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
     if any(not isinstance(s, int) or isinstance(s, bool) or s <= 0 for s in size_list):
         raise InputError("", "size", f"expected positive whole byte counts, got {size_list}")
     algorithms = list(algorithms) if algorithms is not None else None
+    if (baseline and algorithms is not None and BASELINE not in algorithms
+            and any(name in REGISTRY and kind in REGISTRY[name].collectives for name in algorithms)):
+        algorithms.append(BASELINE)  # the baseline joins named algorithms that do the collective
     chosen = candidates(kind, algorithms, options, variants, time_limit_s, include_slow)
     times: dict[str, tuple[float, ...]] = {}
     algbw: dict[str, tuple[float, ...]] = {}
     plans: dict[str, tuple[Plan, ...]] = {}
+    variant_names: dict[str, tuple[str, ...]] = {}
     skipped: list[Skipped] = []
     for name in algorithms or ():
         if kind not in REGISTRY[name].collectives:
@@ -298,16 +327,22 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
                                   options={candidate.algorithm: dict(candidate.options)}, model=model,
                                   keep_going=True, plan=plan)
         skipped.extend(Skipped(candidate.label, s.collective, s.reason) for s in missed)
-        if rows:
+        if rows and len(rows) != len(size_list):
+            missing = sorted(set(size_list) - {row.size for row in rows})
+            if not missed:
+                skipped.append(Skipped(candidate.label, kind.value, f"no schedule at {len(missing)} of the sizes"))
+        elif rows:
             rows.sort(key=lambda row: row.size)
             times[candidate.label] = tuple(row.time_s for row in rows)
             algbw[candidate.label] = tuple(row.algbw_GBps for row in rows)
             plans[candidate.label] = tuple(row.plan for row in rows)
+            variant_names[candidate.label] = tuple(row.variant for row in rows)
     if not times:
         reasons = "; ".join(f"{s.algorithm}: {s.reason}" for s in skipped) or "no algorithm does it"
         raise InputError("", "collective", f"no algorithm applies to {kind} on {topology.name}: {reasons}")
     bound = lower_bound(topology, kind)
     order = [c.label for c in chosen if c.label in times]
+    base = next((name for name in BASELINE_ALGORITHMS if name in times), None)
     per_size = []
     for index, size in enumerate(size_list):
         ranked = sorted(order, key=lambda label: (times[label][index], order.index(label)))
@@ -317,7 +352,8 @@ def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None
         per_size.append(SizeResult(
             size, winner, times[winner][index], best_algbw, runner,
             times[runner][index] if runner else None,
-            100.0 * bound.time(size) / times[winner][index] if bound else None, plans[winner][index]))
+            100.0 * bound.time(size) / times[winner][index] if bound else None, plans[winner][index],
+            base, times[base][index] if base else None, variant_names[winner][index]))
     return TuneResult(topology.name, kind, topology.num_ranks, model, tuple(size_list),
                       bound.bandwidth_algbw_GBps() if bound else None,
                       tuple(c for c in chosen if c.label in times), times, algbw, tuple(per_size), tuple(skipped),

@@ -343,7 +343,7 @@ def test_cli_compare_json_and_plot(tmp_path):
     assert keys == {("allgather", 2**20), ("allgather", 2**30), ("allreduce", 2**20), ("allreduce", 2**30)}
     for key in keys:
         assert sum(1 for r in data["rows"] if (r["collective"], r["size"]) == key and r["best"]) == 1
-    assert {r["algorithm"] for r in data["rows"]} == {"ring", "direct"}
+    assert {r["algorithm"] for r in data["rows"]} == {"ring", "direct", "nccl"}  # nccl: the baseline, always run
     assert png_size(plot.read_bytes())[0] >= 400
 
 

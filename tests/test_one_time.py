@@ -9,7 +9,7 @@ import pytest
 from helpers import run_cli
 
 from synth import Kind, load_topology
-from synth.algorithms import available
+from synth.algorithms import REGISTRY, available
 from synth.compare import run_all
 from synth.evaluate import evaluate_sizes
 from synth.sweep import parse_spec, run_point
@@ -49,9 +49,11 @@ def test_every_command_reports_the_same_time_and_plan(cli, tmp_path):
     for (algorithm, kind, size), row in rows.items():
         for field in ("protocol", "slices", "slice_bytes", "window"):
             assert field in row
-        out = tmp_path / f"{algorithm}.{kind}.json"
+        per_size = REGISTRY[algorithm].size_sensitive  # compare made it for this size
+        out = tmp_path / (f"{algorithm}.{kind}.{size}.json" if per_size else f"{algorithm}.{kind}.json")
         if not out.exists():
-            assert cli("generate", spec, "-c", kind, "-a", algorithm, "-o", str(out)).code == 0
+            extra = ("-O", f"size={size}") if per_size else ()
+            assert cli("generate", spec, "-c", kind, "-a", algorithm, *extra, "-o", str(out)).code == 0
         evaluated = _as_json(cli("evaluate", str(out), *[a for s in SIZES for a in ("-s", s)], "--json"))
         record = next(r for r in evaluated if r["size"] == size)
         assert record["time_s"] == row["time_s"], (algorithm, kind, size)
@@ -78,7 +80,7 @@ def test_compare_rows_are_the_evaluator_times_of_the_same_schedules(spec):
     rows, _, schedules = run_all(topology, list(Kind), SIZE_BYTES, include_slow=False, keep_going=True)
     assert rows
     for row in rows:
-        schedule = schedules[(row.algorithm, row.collective)]
+        schedule = schedules[(row.algorithm, row.collective, row.size)]
         (again,) = evaluate_sizes(schedule, topology, [row.size])
         assert again.time_s == row.time_s and again.plan == row.plan
 
@@ -86,7 +88,7 @@ def test_compare_rows_are_the_evaluator_times_of_the_same_schedules(spec):
 def test_tune_winner_times_are_compare_times():
     topology = load_topology("switch:n=8")
     result = tune(topology, Kind.ALLREDUCE, SIZE_BYTES, algorithms=["ring", "rhd", "tree"], variants={})
-    rows, _, _ = run_all(topology, [Kind.ALLREDUCE], SIZE_BYTES, algorithms=["ring", "rhd", "tree"])
+    rows, _, _ = run_all(topology, [Kind.ALLREDUCE], SIZE_BYTES, algorithms=["ring", "rhd", "tree", "nccl"])
     by_key = {(r.algorithm, r.size): r for r in rows}
     for row in result.per_size:
         assert by_key[(row.winner, row.size)].time_s == row.time_s

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from synth.collectives import Kind, parse_kind
@@ -31,12 +31,36 @@ AG, RS, AR, A2A, BC, RD = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, K
 
 @dataclass(frozen=True)
 class Algorithm:
-    """A registered algorithm: its name, where its function lives, and what it supports."""
+    """A registered algorithm: its name, where its function lives, and what it supports.
+
+    Attributes
+    ----------
+    name : str
+        The name ``synth generate -a`` takes.
+    target : str
+        ``"module:function"``, imported on first use.
+    collectives : frozenset of Kind
+        The collectives it does.
+    summary : str
+        One line for listings.
+    size_sensitive : bool
+        The schedule depends on the message size: the function takes a ``size`` option, and
+        ``compare`` and ``tune`` synthesize it once per message size (with ``size=``) instead of once
+        (default False).
+    slow : bool
+        A solver run that can take minutes: ``compare`` (and ``tune --skip-slow``) leave it out unless
+        asked for by name (default False).
+    variants : tuple of dict
+        The option sets the tuner tries (``{}`` is the default options); default one, ``({},)``.
+    """
 
     name: str
     target: str
     collectives: frozenset[Kind]
     summary: str
+    size_sensitive: bool = False
+    slow: bool = False
+    variants: tuple[Mapping[str, Any], ...] = field(default=({},))
 
     def load(self) -> Callable[..., Schedule]:
         """Import and return the algorithm's function."""
@@ -47,25 +71,32 @@ class Algorithm:
 REGISTRY: dict[str, Algorithm] = {}
 
 
-def register(name: str, target: str, collectives: set[Kind], summary: str) -> None:
-    """Add an algorithm to the registry (``target`` is ``"module:function"``)."""
-    REGISTRY[name] = Algorithm(name, target, frozenset(collectives), summary)
+def register(name: str, target: str, collectives: set[Kind], summary: str, *, size_sensitive: bool = False,
+             slow: bool = False, variants: tuple[Mapping[str, Any], ...] = ({},)) -> None:
+    """Add an algorithm to the registry (``target`` is ``"module:function"``; the other fields are
+    described in :class:`Algorithm`)."""
+    REGISTRY[name] = Algorithm(name, target, frozenset(collectives), summary, size_sensitive, slow, tuple(variants))
 
 
 register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
          "what NCCL 2.16 runs: rail-aware ring channels or its double binary tree, chosen with the protocol by "
-         "its tuning model at -O size=...")
-register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems")
+         "its tuning model at -O size=...", size_sensitive=True)
+register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems",
+         variants=({}, {"channels": 2}, {"channels": "auto"}))
 register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")
 register("binomial", "synth.algorithms.binomial:binomial", {BC, RD}, "binomial tree from/to the root")
-register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "bandwidth-optimal spanning trees (ForestColl): meets the exact cut bound")
-register("tree", "synth.algorithms.tree:tree", {AR}, "double binary tree, pipelined, chunks from size=... (shape=binomial: binomial tree)")
+register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "bandwidth-optimal spanning trees (ForestColl): meets the exact cut bound; "
+         "size=...: the trees per root (1 to the optimum) fastest at that size", size_sensitive=True)
+register("tree", "synth.algorithms.tree:tree", {AR}, "double binary tree, pipelined, chunks from size=... (shape=binomial: binomial tree)",
+         size_sensitive=True, variants=({}, {"shape": "binomial"}))
 register("rhd", "synth.algorithms.rhd:rhd", {AG, RS, AR}, "recursive halving-doubling (Rabenseifner), any N, rank mapping")
 register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N) rounds of doubling distance")
 register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")
-register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)")
+register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)",
+         variants=({}, {"scheduler": "themis"}))
 register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: max concurrent flow LP (GLOP), rounded to chunks")
-register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches")
+register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
+         size_sensitive=True, slow=True)
 
 
 def available(kind: Kind | None = None) -> list[Algorithm]:

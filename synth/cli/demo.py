@@ -16,7 +16,7 @@ from synth.cli.common import (
     table,
 )
 from synth.collectives import Kind
-from synth.compare import run_all
+from synth.compare import baseline_description, baselines, run_all, speedup
 from synth.errors import InputError
 from synth.library import load_topology
 from synth.units import format_size
@@ -36,7 +36,8 @@ def demo(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Run every available algorithm for allgather, reduce-scatter, allreduce and alltoall on a 2-box
-    DGX A100, verify each schedule, and print time, algbw, busbw and the congestion bound per size."""
+    DGX A100, verify each schedule, and print time, algbw, busbw, the congestion bound and the speedup
+    over nccl (what NCCL would run at that size) per size."""
     try:
         topo = load_topology(topology)
     except InputError:
@@ -50,21 +51,31 @@ def demo(
     sizes = sizes_argument(size, ["1MiB", "64MiB", "1GiB"])
     with console.status("synthesizing and verifying...") as status:
         rows, skipped, _ = run_all(topo, DEMO_KINDS, sizes, progress=lambda what: status.update(f"running {what}"))
+    base = baselines(rows)
+    names = sorted({row.algorithm for row in base.values()})
     if as_json:
-        print_json({"topology": topo.name, "rows": [r.to_dict() for r in rows],
+        print_json({"topology": topo.name, "baseline": [baseline_description(topo, name) for name in names],
+                    "rows": [dict(r.to_dict(), speedup_vs_baseline=speedup(r, base.get((r.collective, r.size))))
+                             for r in rows],
                     "skipped": [s.__dict__ for s in skipped]})
         return
     body = []
     for r in rows:
         percent = r.percent_of_bound
-        body.append([r.algorithm, r.collective, format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}",
+        gain = speedup(r, base.get((r.collective, r.size)))
+        body.append([r.label, r.collective, format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}",
                      f"{r.busbw_GBps:.2f}", fmt_time(r.congestion_time_s),
-                     "-" if percent is None else f"{percent:.1f}%", r.plan.short()])
+                     "-" if percent is None else f"{percent:.1f}%", "-" if gain is None else f"{gain:.2f}x",
+                     r.plan.short()])
     console.print(table(f"synth demo: {topo.name} ({topo.num_ranks} gpus, {len(topo.switches)} switches), "
                         "every schedule verified, flow model",
                         ["algorithm", "collective", "size", "time", "algbw GB/s", "busbw GB/s",
-                         "congestion bound", "% of bound", "plan"], body, {2, 3, 4, 5, 6, 7}))
+                         "congestion bound", "% of bound", f"vs {'/'.join(names) or 'nccl'}", "plan"], body,
+                        {2, 3, 4, 5, 6, 7, 8}))
     console.print("[dim]% of bound: the topology's lower bound on time at that size (links only) over the time; "
                   "plan: protocol, slices per chunk x slice size, slices in flight (`synth evaluate --help`)[/dim]")
+    for name in names:
+        console.print(f"[dim]vs {name}: {name}'s time at that size over the row's (above 1: faster); "
+                      f"{baseline_description(topo, name)}[/dim]")
     for s in skipped:
         console.print(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")

@@ -82,10 +82,19 @@ def compare(
     verbose: bool = VERBOSE_OPTION,
 ) -> None:
     """Run every applicable algorithm, verify each schedule, and print one table: time, algbw, busbw,
-    % of the topology's lower bound on time, the plan and synthesis time, the best per (collective,
-    size) starred."""
+    % of the topology's lower bound on time, the speedup over the baseline (``nccl``: what NCCL would
+    run at that size; always run), the plan and synthesis time, the best per (collective, size) starred."""
     from synth.algorithms import REGISTRY
-    from synth.compare import bandwidth_bound, best_rows, planned, run_all
+    from synth.compare import (
+        BASELINE_ALGORITHMS,
+        bandwidth_bound,
+        baseline_description,
+        baselines,
+        best_rows,
+        planned,
+        run_all,
+        speedup,
+    )
 
     command_verbosity(quiet, verbose)
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
@@ -99,6 +108,8 @@ def compare(
             raise InputError("", "--algorithm", f"unknown algorithm {name!r}; expected one of {', '.join(REGISTRY)}")
     if plot is not None:
         output_file(plot, "--plot", inputs=[topology], suffixes=(".png", ".svg"))
+    if algorithm and BASELINE_ALGORITHMS[0] not in algorithm:
+        algorithm = [*algorithm, BASELINE_ALGORITHMS[0]]  # the baseline row is always shown
     plan = planned(kinds, algorithm, include_slow=False)
     if not plan:
         raise InputError("", "--algorithm", "none of the chosen algorithms does the chosen collectives")
@@ -110,10 +121,16 @@ def compare(
         rows, skipped, _ = run_all(topo, kinds, sizes, algorithm, model=model, progress=step, include_slow=False,
                                    keep_going=True, plan=plan_choice)
     best = best_rows(rows)
+    base = baselines(rows)
+    base_names = sorted({row.algorithm for row in base.values()})
     if as_json:
         print_json({"topology": topo.name, "model": model,
                     "bounds_GBps": {k.value: bandwidth_bound(topo, k) for k in kinds},
-                    "rows": [dict(r.to_dict(), best=(r.collective, r.size, r.algorithm) in best) for r in rows],
+                    "baseline": [baseline_description(topo, name) for name in base_names],
+                    "rows": [dict(r.to_dict(), best=(r.collective, r.size, r.algorithm) in best,
+                                  baseline=base[(r.collective, r.size)].algorithm if (r.collective, r.size) in base
+                                  else None, speedup_vs_baseline=speedup(r, base.get((r.collective, r.size))))
+                             for r in rows],
                     "skipped": [s.__dict__ for s in skipped]})
     else:
         ordered = sorted(rows, key=lambda r: ([k.value for k in kinds].index(r.collective), r.size, -r.algbw_GBps))
@@ -121,12 +138,16 @@ def compare(
         for r in ordered:
             star = (r.collective, r.size, r.algorithm) in best
             percent = r.percent_of_bound
-            body.append([r.collective, format_size(r.size), ("* " if star else "  ") + r.algorithm, fmt_time(r.time_s),
+            gain = speedup(r, base.get((r.collective, r.size)))
+            body.append([r.collective, format_size(r.size), ("* " if star else "  ") + r.label, fmt_time(r.time_s),
                          f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}", "-" if percent is None else f"{percent:.1f}%",
-                         r.plan.short(), fmt_time(r.synthesis_s)])
+                         "-" if gain is None else f"{gain:.2f}x", r.plan.short(), fmt_time(r.synthesis_s)])
         console.print(table(f"{topo.name} ({topo.num_ranks} gpus), {model} model, all verified; * = best algbw",
                             ["collective", "size", "algorithm", "time", "algbw GB/s", "busbw GB/s", "% of bound",
-                             "plan", "synthesis"], body, {1, 3, 4, 5, 6, 8}))
+                             f"vs {'/'.join(base_names) or 'nccl'}", "plan", "synthesis"], body, {1, 3, 4, 5, 6, 7, 9}))
+        for name in base_names:
+            note(f"[dim]vs {name}: {name}'s time at the same size over the row's time (above 1: faster than the "
+                 f"baseline); {shown(baseline_description(topo, name))}[/dim]")
         note(f"[dim]% of bound: the topology's lower bound on time at that size over the schedule's time "
              f"({', '.join(sorted({f'{r.collective}: {r.bound_label}' for r in rows}))}); plan: protocol, "
              f"slices per chunk x slice size, slices in flight (see `synth evaluate --help`)[/dim]")

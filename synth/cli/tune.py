@@ -27,6 +27,7 @@ from synth.cli.common import (
     topology_argument,
 )
 from synth.collectives import parse_kind
+from synth.compare import baseline_description
 from synth.errors import InputError
 from synth.tune import DEFAULT_SIZES, plot, tune, write_table
 from synth.units import format_size
@@ -77,7 +78,8 @@ def tune_command(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Evaluate every applicable algorithm at every message size and print, per size, the winner, its
-    time, the runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
+    time, the baseline's (nccl: what NCCL would run; always a candidate) and the speedup over it, the
+    runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
     table a runtime can load (format in `synth.tune`)."""
     if out is not None:
         output_file(out, "--out", inputs=[topology])
@@ -107,16 +109,24 @@ def tune_command(
     body = []
     for row in result.per_size:
         percent = "-" if row.percent_of_bound is None else f"{row.percent_of_bound:.1f}%"
-        body.append([format_size(row.size), row.winner, row.plan.short() if row.plan else "-",
+        gain = row.speedup_vs_baseline
+        body.append([format_size(row.size), row.winner_name, row.plan.short() if row.plan else "-",
                      fmt_time(row.time_s), f"{row.algbw_GBps:.2f}",
+                     "-" if row.baseline_time_s is None else fmt_time(row.baseline_time_s),
+                     "-" if gain is None else f"{gain:.2f}x",
                      row.runner_up or "-", "-" if row.runner_up_time_s is None else fmt_time(row.runner_up_time_s),
                      percent])
+    base = next((row.baseline for row in result.per_size if row.baseline), None)
     bound = (f", {result.bound_label} {result.bound_algbw_GBps:.2f} GB/s at large sizes"
              if result.bound_algbw_GBps else "")
     console.print(table(f"synth tune: {kind} on {topo.name} ({topo.num_ranks} gpus), {len(result.candidates)} "
                         f"candidates, {result.model} model{bound}",
-                        ["size", "winner", "plan", "time", "algbw GB/s", "runner-up", "runner-up time", "% of bound"],
-                        body, {0, 3, 4, 6, 7}))
+                        ["size", "winner", "plan", "time", "algbw GB/s", f"{base or 'baseline'} time",
+                         f"vs {base or 'baseline'}", "runner-up", "runner-up time", "% of bound"],
+                        body, {0, 3, 4, 5, 6, 8, 9}))
+    if base:
+        console.print(f"[dim]vs {base}: {base}'s time at that size over the winner's ({base} is always a candidate, "
+                      f"so never below 1.00x); {shown(baseline_description(topo, base))}[/dim]")
     reasons: dict[str, list[str]] = {}
     for skipped in result.skipped:
         reasons.setdefault(skipped.reason, []).append(skipped.algorithm)

@@ -34,6 +34,14 @@ symmetric : bool, optional
 chunks : int, optional
     A multiple of the natural chunk count (N*k for allgather, reduce-scatter and allreduce, k for
     broadcast and reduce); each tree then carries several chunks.
+size : int or str, optional
+    The message size to choose for (bytes or ``"1GiB"``). Without ``max_trees_per_root``, forest
+    then tries trees per root k = 1, 2, 4, ... up to the optimal k (that one included), evaluates each
+    schedule at ``size`` with the flow model (:func:`synth.evaluate.evaluate`, protocol and slices by
+    the plan rule) and returns the fastest (ties to fewer trees). Fewer trees give up some of the
+    bandwidth optimum but stream each tree at a larger share of its links, so fill and drain cost less.
+    The schedule's ``params`` record ``variant`` (``k=3``), ``size``, ``size_choice`` (each k's
+    time, the optimum's and the chosen one) and the realised ``modelled_time_s``.
 """
 
 from __future__ import annotations
@@ -181,11 +189,13 @@ def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Frac
 
 
 def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
-           max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None) -> Schedule:
+           max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
+           size: int | str | None = None) -> Schedule:
     """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
 
     The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
     reported in ``params`` together with the trees used (and, with ``max_trees_per_root``, the gap).
+    With ``size`` the trees per root are chosen for that message size (see the module docstring).
 
     Examples
     --------
@@ -195,7 +205,75 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     >>> s = forest(topo, Kind.ALLGATHER)
     >>> s.params["optimal_algbw_GBps"], congestion(s, topo).seconds_per_byte == Fraction(3, 200 * 10**9)
     (66.666667, True)
+    >>> forest(load_topology("dgx1"), Kind.ALLGATHER, size="1KiB").params["variant"]
+    'k=1'
     """
+    if size is None:
+        return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric)
+    from synth.units import parse_size
+
+    nbytes = parse_size(size, "size")
+    if max_trees_per_root is not None:
+        schedule = _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric)
+        return _with_params(schedule, {"size": nbytes})
+    return _best_for_size(topology, kind, nbytes, chunks, root, pipelined, symmetric)
+
+
+def tree_counts(optimal: int) -> list[int]:
+    """The trees per root :func:`forest` tries for a size: 1, 2, 4, ... below ``optimal``, then ``optimal``.
+
+    Examples
+    --------
+    >>> tree_counts(13), tree_counts(1), tree_counts(4)
+    ([1, 2, 4, 8, 13], [1], [1, 2, 4])
+    """
+    counts = []
+    k = 1
+    while k < optimal:
+        counts.append(k)
+        k *= 2
+    return [*counts, optimal]
+
+
+def _trees(schedule: Schedule) -> int:
+    """The most trees per root of any phase of a forest schedule."""
+    return max(int(value) for key, value in schedule.params.items() if key.endswith("trees_per_root"))
+
+
+def _with_params(schedule: Schedule, extra: dict[str, Any]) -> Schedule:
+    import dataclasses
+
+    return dataclasses.replace(schedule, params={**schedule.params, **extra})
+
+
+def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
+                   pipelined: bool, symmetric: bool | None) -> Schedule:
+    """The fastest of forest's tree counts at ``size`` under the flow model (ties to fewer trees)."""
+    from synth.evaluate import evaluate
+
+    optimal = _forest(topology, kind, chunks, root, None, pipelined, symmetric)
+    trees = _trees(optimal)
+    times: dict[int, float] = {}
+    best: tuple[float, int, Schedule] | None = None
+    for limit in tree_counts(trees):
+        schedule = optimal if limit == trees else _forest(topology, kind, None, root, limit, pipelined, symmetric)
+        k = _trees(schedule)  # a limit can reach its best rate with fewer trees: the same schedule again
+        if k in times:
+            continue
+        seconds = evaluate(schedule, topology, size).time_s
+        times[k] = seconds
+        if best is None or seconds < best[0]:
+            best = (seconds, k, schedule)
+    assert best is not None
+    seconds, k, schedule = best
+    return _with_params(schedule, {
+        "size": size, "variant": f"k={k}", "modelled_time_s": seconds,
+        "size_choice": {"model": "flow", "optimal_trees_per_root": trees, "chosen_trees_per_root": k,
+                        "time_s": {str(count): value for count, value in times.items()}}})
+
+
+def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
+            pipelined: bool, symmetric: bool | None) -> Schedule:
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):

@@ -1,0 +1,149 @@
+"""Schedules that win against NCCL (issue 13): nccl as the baseline of compare, tune and demo, per-size
+synthesis of size-sensitive algorithms, a tuner never slower than nccl, the registry's algorithm facts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from typer.testing import CliRunner
+
+from synth.algorithms import REGISTRY, available, synthesize
+from synth.cli import app
+from synth.collectives import Kind
+from synth.compare import baselines, planned, run_all, speedup
+from synth.evaluate import evaluate
+from synth.library import load_topology
+from synth.tune import candidates, tune
+from synth.verify import verify
+from tests.strategies import topologies
+
+runner = CliRunner()
+
+
+def nccl_time(topology, kind, size):
+    """nccl's time at ``size``, made and measured independently of compare and tune."""
+    schedule = synthesize(topology, kind, "nccl", size=size)
+    verify(schedule, topology)
+    return evaluate(schedule, topology, size).time_s
+
+
+def test_registry_records_the_facts_compare_and_tune_need():
+    assert REGISTRY["milp"].slow and not REGISTRY["ring"].slow
+    assert {a.name for a in available() if a.size_sensitive} >= {"nccl", "tree", "milp"}
+    assert all(a.variants and a.variants[0] == {} for a in available())
+    assert "milp" not in {name for _, name in planned([Kind.ALLGATHER], None, include_slow=False)}
+    labels = [c.label for c in candidates(Kind.ALLREDUCE, algorithms=["multidim"])]
+    assert labels == ["multidim", "multidim[scheduler=themis]"]
+
+
+def test_size_sensitive_algorithms_are_made_per_size():
+    topology = load_topology("dgx1")
+    sizes = [1024, 2**24]
+    rows, _, schedules = run_all(topology, [Kind.ALLREDUCE], sizes, algorithms=["nccl", "tree", "ring"])
+    for row in rows:
+        schedule = schedules[(row.algorithm, row.collective, row.size)]
+        if REGISTRY[row.algorithm].size_sensitive:
+            assert schedule.params.get("size") == row.size
+        (again,) = [evaluate(schedule, topology, row.size)]
+        assert again.time_s == row.time_s
+    # NCCL's choice changes with the size on DGX-1 (LL at 1 KiB, not at 16 MiB)
+    small, large = (schedules[("nccl", "allreduce", s)].params["plan"]["protocol"] for s in sizes)
+    assert small != large
+    # a size given by the user is kept: one schedule for every size
+    rows, _, schedules = run_all(topology, [Kind.ALLREDUCE], sizes, algorithms=["nccl"],
+                                 options={"nccl": {"size": 1024}})
+    assert schedules[("nccl", "allreduce", sizes[0])] is schedules[("nccl", "allreduce", sizes[1])]
+
+
+def test_speedups_are_against_nccl_at_the_same_size():
+    topology = load_topology("dgx1")
+    sizes = [4096, 2**26]
+    rows, _, _ = run_all(topology, [Kind.ALLGATHER], sizes, algorithms=["nccl", "ring", "direct"])
+    base = baselines(rows)
+    assert {key: row.algorithm for key, row in base.items()} == {("allgather", s): "nccl" for s in sizes}
+    for row in rows:
+        reference = nccl_time(topology, Kind.ALLGATHER, row.size)
+        assert base[(row.collective, row.size)].time_s == reference
+        assert speedup(row, base[(row.collective, row.size)]) == pytest.approx(reference / row.time_s)
+    # without nccl, ring (NCCL's ring) is the baseline
+    ring_only = [row for row in rows if row.algorithm != "nccl"]
+    assert {row.algorithm for row in baselines(ring_only).values()} == {"ring"}
+
+
+@pytest.mark.parametrize("spec, kind", [("dgx1", Kind.ALLREDUCE), ("ndv2:boxes=2", Kind.ALLGATHER),
+                                        ("torus:dims=3x3", Kind.ALLREDUCE)])
+def test_tuned_choice_is_never_slower_than_nccl(spec, kind):
+    topology = load_topology(spec)
+    sizes = [1024, 2**20, 2**26]
+    result = tune(topology, kind, sizes, algorithms=["ring", "rhd"] if kind == Kind.ALLREDUCE else ["ring", "bruck"])
+    assert "nccl" in [c.label for c in result.candidates]
+    for row in result.per_size:
+        reference = nccl_time(topology, kind, row.size)
+        assert row.baseline == "nccl" and row.baseline_time_s == reference
+        assert row.time_s <= reference and row.speedup_vs_baseline >= 1.0
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topology=topologies(min_gpus=2, max_gpus=5))
+def test_tuned_never_slower_than_nccl_on_random_topologies(topology):
+    sizes = [1024, 2**24]
+    result = tune(topology, Kind.ALLREDUCE, sizes, algorithms=["ring", "tree"])
+    for row in result.per_size:
+        assert row.time_s <= nccl_time(topology, Kind.ALLREDUCE, row.size)
+
+
+def test_tune_without_baseline_tunes_only_the_named_algorithms():
+    result = tune(load_topology("switch:n=4"), Kind.ALLGATHER, [2**20], algorithms=["ring"], baseline=False)
+    assert {c.algorithm for c in result.candidates} == {"ring"} and result.per_size[0].baseline == "ring"
+
+
+def test_compare_cli_always_shows_the_nccl_row_and_speedups():
+    result = runner.invoke(app, ["compare", "dgx1", "-c", "allgather", "-s", "1MiB", "-a", "ring", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    by_name = {row["algorithm"]: row for row in data["rows"]}
+    assert set(by_name) == {"ring", "nccl"}
+    assert by_name["nccl"]["speedup_vs_baseline"] == 1.0 and by_name["ring"]["baseline"] == "nccl"
+    assert by_name["ring"]["speedup_vs_baseline"] == pytest.approx(by_name["nccl"]["time_s"] / by_name["ring"]["time_s"])
+    assert data["baseline"][0].startswith("nccl: what NCCL")
+    text = runner.invoke(app, ["compare", "torus:dims=3x3", "-c", "allgather", "-s", "1MiB", "-a", "ring"])
+    assert text.exit_code == 0 and "vs nccl" in text.output and "no NVLink boxes" in " ".join(text.output.split())
+
+
+def test_tune_cli_names_the_baseline():
+    result = runner.invoke(app, ["tune", "ring:n=4", "-c", "allgather", "-s", "1KiB", "-s", "1GiB", "-a", "ring",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    for row in json.loads(result.output)["sizes"]:
+        assert row["baseline"] == "nccl" and row["speedup_vs_baseline"] >= 1.0
+    text = runner.invoke(app, ["tune", "ring:n=4", "-c", "allgather", "-s", "1KiB", "-a", "ring"])
+    assert text.exit_code == 0 and "vs nccl" in text.output and "nccl time" in text.output
+
+
+def test_size_aware_forest_picks_the_fastest_tree_count():
+    topology = load_topology("dgx1")
+    for size in (1024, 2**22):
+        schedule = synthesize(topology, Kind.ALLGATHER, "forest", size=size)
+        verify(schedule, topology)
+        choice = schedule.params["size_choice"]
+        k = choice["chosen_trees_per_root"]
+        assert schedule.params["variant"] == f"k={k}" and 1 <= k <= choice["optimal_trees_per_root"]
+        realised = evaluate(schedule, topology, size).time_s
+        assert realised == schedule.params["modelled_time_s"] == min(choice["time_s"].values())
+        optimum = evaluate(synthesize(topology, Kind.ALLGATHER, "forest"), topology, size).time_s
+        assert realised <= optimum
+    # compare names the variant it measured
+    rows, _, _ = run_all(topology, [Kind.ALLGATHER], [1024], algorithms=["forest"])
+    assert rows[0].label == f"forest({rows[0].variant})" and rows[0].variant.startswith("k=")
+
+
+def test_size_aware_forest_reaches_95_percent_of_the_bound_at_1gib():
+    from synth.compare import lower_bound
+
+    topology = load_topology("dgx1")
+    size = 2**30
+    schedule = synthesize(topology, Kind.ALLGATHER, "forest", size=size)
+    bound = lower_bound(topology, Kind.ALLGATHER)
+    assert bound.time(size) / schedule.params["modelled_time_s"] >= 0.95
