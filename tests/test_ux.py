@@ -229,3 +229,32 @@ def test_bad_output_place_fails_before_the_work(args, bad, tmp_path, capsys, mon
             (tmp_path / bad).chmod(0o700)
     assert_refused(outcome, place, "does not exist" if bad == "missing" else "cannot be written")
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if bad == "missing" else [bad])
+
+
+# -------------------------------------------------------------------------- benchmarks leave the tree
+def test_benchmarks_write_to_an_ignored_folder_unless_recording():
+    from bench.__main__ import HERE, results_folder
+
+    for quick in (False, True):
+        local = results_folder(quick)
+        probe = local / "core_quality.json"
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=ROOT)
+        assert ignored.returncode == 0, f"{probe} is not ignored by git"
+        recorded = results_folder(quick, record=True) / "core_quality.json"
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(recorded)], cwd=ROOT,
+                                 capture_output=True)
+        assert tracked.returncode == 0, f"{recorded} should be the recorded (tracked) figures"
+        assert HERE in local.parents
+    assert results_folder(True, results=Path("/x")) == Path("/x")
+
+
+def test_make_bench_quick_does_not_record():
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nbench-quick:", 1)[1].split("\n\n", 1)[0]
+    assert "python -m bench --quick" in recipe and "--record" not in recipe and "--results" not in recipe
+
+
+def test_bench_record_and_results_exclude_each_other():
+    done = subprocess.run([sys.executable, "-m", "bench", "--record", "--results", "x"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "not allowed with" in done.stderr
