@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-quick astra-check clean
+.PHONY: run test lint bench bench-quick bench-record astra-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,11 +27,16 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
 
+# Benchmarks print their tables and write them to bench/results/local/ (ignored by git); bench-record
+# rewrites the recorded figures in bench/results/ that the README cites.
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench --quick
+
+bench-record: $(STAMP)
+	$(BIN)/python -m bench --record
 
 # ASTRA-sim against the astra model, every rank to the ns. Needs the ASTRA-sim 2.x analytical binaries (not part
 # of synth): SYNTH_ASTRA_BIN=/path/to/AstraSim_Analytical_Congestion_Aware (the Unaware one is looked up next to it,

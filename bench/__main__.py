@@ -1,9 +1,12 @@
-"""Run the benchmark suite: ``python -m bench [--quick] [--only NAME ...] [--results DIR]``.
+"""Run the benchmark suite: ``python -m bench [--quick] [--only NAME ...] [--record | --results DIR]``.
 
 Discovers every ``bench/bench_*.py`` module, calls its ``run(quick)`` (see :mod:`bench` for the protocol),
-prints each table, writes it to ``<results>/<key>.json`` (default ``bench/results/``, or
-``bench/results/quick/`` with ``--quick``) and writes ``<results>/summary.md``: every table in Markdown with
-the machine and the date, ready for the README's performance section.
+prints each table, writes it to ``<results>/<key>.json`` and writes ``<results>/summary.md``: every table in
+Markdown with the machine and the date, ready for the README's performance section.
+
+Where: by default ``bench/results/local/`` (``bench/results/local/quick/`` with ``--quick``), a folder git
+ignores, so running the benchmarks never changes the repository. ``--record`` writes the figures the README
+cites, ``bench/results/`` (``bench/results/quick/``); ``--results DIR`` writes anywhere.
 """
 
 from __future__ import annotations
@@ -97,16 +100,35 @@ def to_markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_folder(quick: bool, record: bool = False, results: Path | None = None) -> Path:
+    """Where a run writes its tables: ``results`` if given, the recorded figures with ``record``, else an
+    ignored local folder.
+
+    Examples
+    --------
+    >>> results_folder(True).relative_to(HERE).as_posix(), results_folder(False, record=True).name
+    ('results/local/quick', 'results')
+    """
+    if results is not None:
+        return results
+    base = HERE / "results" if record else HERE / "results" / "local"
+    return base / "quick" if quick else base
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (make bench-quick, < 2 min)")
     parser.add_argument("--only", action="append", metavar="NAME", help="run only bench_NAME (repeatable)")
-    parser.add_argument("--results", type=Path, default=None, help="folder for the JSON and summary.md")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--record", action="store_true",
+                       help="write the figures the README cites: bench/results/ (quick: bench/results/quick/)")
+    where.add_argument("--results", type=Path, default=None,
+                       help="folder for the JSON and summary.md (default bench/results/local/, ignored by git)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE.parent))
     from synth.fileio import atomic_write_text
 
-    results = args.results or (HERE / "results" / ("quick" if args.quick else ""))
+    results = results_folder(args.quick, args.record, args.results)
     results.mkdir(parents=True, exist_ok=True)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     about = machine()

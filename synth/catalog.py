@@ -269,8 +269,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "/").replace("\n", " ")
 
 
-def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9) -> list[str]:
-    """Re-verify every catalog schedule and re-evaluate its algbw; returns the problems found (empty: OK)."""
+def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9, topologies: Sequence[str] | None = None,
+                  kinds: Sequence[Kind] | None = None) -> list[str]:
+    """Re-verify every catalog schedule and re-evaluate its algbw; returns the problems found (empty: OK).
+
+    ``topologies`` (specs as the index records them, e.g. ``dgx-a100:boxes=2``, or the topology's name) and
+    ``kinds`` restrict the check to those entries; a filter that matches no entry is refused, naming what the
+    catalog holds.
+    """
     from synth.verify import verify
 
     out = Path(out)
@@ -283,6 +289,7 @@ def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9) -> lis
         size = int(data["size"])
     except (ValueError, KeyError, TypeError) as error:
         raise InputError(str(index), "entries", f"not a catalog index: {error}") from None
+    entries = _filtered(entries, index, topologies, kinds)
     problems = []
     readme = (out / README).read_text(encoding="utf-8") if (out / README).is_file() else ""
     for entry in entries:
@@ -309,3 +316,19 @@ def check_catalog(out: str | Path = "schedules", tolerance: float = 1e-9) -> lis
         if entry.get("msccl") and not (out / entry["msccl"]).is_file():
             problems.append(f"{where}: missing {entry['msccl']}")
     return problems
+
+
+def _filtered(entries: list[dict[str, Any]], index: Path, topologies: Sequence[str] | None,
+              kinds: Sequence[Kind] | None) -> list[dict[str, Any]]:
+    """The index entries the ``--topology``/``--collective`` filters of ``catalog --check`` select."""
+    if topologies:
+        known = sorted({str(e.get("topology")) for e in entries})
+        for spec in topologies:
+            if not any(spec in (e.get("topology"), e.get("topology_name")) for e in entries):
+                raise InputError(str(index), "--topology", f"the catalog has no entry for {spec!r}; it has "
+                                 f"{', '.join(known)}")
+        entries = [e for e in entries if e.get("topology") in topologies or e.get("topology_name") in topologies]
+    if kinds:
+        wanted = {str(k) for k in kinds}
+        entries = [e for e in entries if e.get("collective") in wanted]
+    return entries

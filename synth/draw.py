@@ -11,9 +11,14 @@ Layout
   switches shared by several boxes form tiers above the boxes, each placed over the middle of what it
   connects.
 - Without boxes, with switches: gpus in a row, switches in tiers above by hop distance from the gpus.
-- Without switches: a grid for 2-D and 3-D dimensioned systems (tori), otherwise a circle in rank order.
+- Without switches: 2-D and 3-D dimensioned systems (tori, TPU slices) by their coordinates: dimension 0
+  across, dimension 1 down, and for 3-D the layers of dimension 2 in depth, each shifted up and right (up to
+  4 layers; more get one panel per layer, side by side); otherwise a circle in rank order.
 
 Link width grows with the square root of bandwidth (GB/s, per direction; the larger direction is drawn).
+On a dimensioned system links are coloured by dimension; a torus's wrap-around links (and other links
+that skip nodes) are drawn as dashed arcs (rounded brackets) in the space between rows or columns, and links of
+dimension 2 that join panels as arcs below their row, so no link runs hidden under a node.
 
 Examples
 --------
@@ -112,18 +117,81 @@ def layout(topology: Topology) -> Position:
     return _tier_layout(topology)
 
 
+def coordinates(topology: Topology) -> dict[str, tuple[int, ...]] | None:
+    """Each gpu's coordinates on a 2-D or 3-D dimensioned system without switches (rank = x0 + n0·(x1 +
+    n1·x2)), or None for any other topology (those are not laid out by coordinates).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> coordinates(load_topology("torus:dims=4x2"))["gpu5"]
+    (1, 1)
+    """
+    dims = topology.dimensions
+    if topology.switches or not dims or len(dims) not in (2, 3):
+        return None
+    sizes = [d.size for d in dims]
+    if math.prod(sizes) != topology.num_ranks:
+        return None
+    result = {}
+    for rank, gpu in enumerate(topology.gpus):
+        coords, rest = [], rank
+        for size in sizes:
+            coords.append(rest % size)
+            rest //= size
+        result[gpu] = tuple(coords)
+    return result
+
+
+def link_dimension(topology: Topology, u: str, v: str) -> tuple[int, bool] | None:
+    """For a link of a dimensioned system (see :func:`coordinates`): its dimension and whether it skips
+    nodes of that dimension (a torus's wrap-around link, a fully connected dimension's longer links);
+    None when the topology is not laid out by coordinates or the link changes more than one coordinate.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> torus = load_topology("torus:dims=4x4")
+    >>> link_dimension(torus, "gpu0", "gpu1"), link_dimension(torus, "gpu0", "gpu3"), link_dimension(torus, "gpu0", "gpu12")
+    ((0, False), (0, True), (1, True))
+    """
+    coords = _coordinates(topology)
+    if coords is None or u not in coords or v not in coords:
+        return None
+    changed = [i for i, (a, b) in enumerate(zip(coords[u], coords[v], strict=True)) if a != b]
+    if len(changed) != 1:
+        return None
+    dim = changed[0]
+    return dim, abs(coords[u][dim] - coords[v][dim]) > 1
+
+
+#: On a 3-D system of at most :data:`MAX_OBLIQUE_LAYERS` layers, each layer of dimension 2 is drawn shifted
+#: by this (x, y) from the one before, as a cube seen at an angle; deeper systems get one panel per layer.
+LAYER_SHIFT = (0.55, 0.5)
+MAX_OBLIQUE_LAYERS = 4
+
+
+def _oblique(topology: Topology) -> bool:
+    dims = topology.dimensions
+    return _coordinates(topology) is not None and len(dims) == 3 and dims[2].size <= MAX_OBLIQUE_LAYERS
+
+
+@functools.lru_cache(maxsize=16)
+def _coordinates(topology: Topology) -> dict[str, tuple[int, ...]] | None:
+    return coordinates(topology)
+
+
 def _direct_layout(topology: Topology) -> Position:
     n = topology.num_ranks
-    dims = topology.dimensions
-    if dims and len(dims) in (2, 3):
-        sizes = [d.size for d in dims]
-        pos: Position = {}
-        for rank, gpu in enumerate(topology.gpus):
-            x0 = rank % sizes[0]
-            x1 = (rank // sizes[0]) % sizes[1]
-            x2 = rank // (sizes[0] * sizes[1]) if len(sizes) == 3 else 0
-            pos[gpu] = (x0 + x2 * (sizes[0] + 1.0), -x1)
-        return pos
+    coords = _coordinates(topology)
+    if coords is not None:
+        if _oblique(topology):  # layers of dimension 2 stacked in depth, each shifted up and right
+            layers = topology.dimensions[2].size
+            grid = 1.2 + LAYER_SHIFT[0] * (layers - 1)
+            return {gpu: (c[0] * grid + c[2] * LAYER_SHIFT[0], -c[1] * grid + c[2] * LAYER_SHIFT[1])
+                    for gpu, c in coords.items()}
+        width = topology.dimensions[0].size
+        return {gpu: (c[0] + (c[2] if len(c) == 3 else 0) * (width + 1.0), -float(c[1])) for gpu, c in coords.items()}
     radius = max(1.5, n / (2 * math.pi) * 1.1)
     return {gpu: (radius * math.sin(2 * math.pi * rank / n), radius * math.cos(2 * math.pi * rank / n))
             for rank, gpu in enumerate(topology.gpus)}
@@ -277,8 +345,54 @@ def _curve(a: tuple[float, float], b: tuple[float, float], bend: float) -> list[
     return points
 
 
+#: How far (in layout units, rows and columns are 1 apart) an arc of a dimensioned system bulges.
+ARC_BULGE = 0.42
+
+
+def arc_bulge(topology: Topology) -> float:
+    """How far an arc of a dimensioned system bulges: :data:`ARC_BULGE`, or on a cube drawn at an angle half
+    the height between two layers' rows, so the arc runs between them."""
+    return min(ARC_BULGE, LAYER_SHIFT[1] / 2) if _oblique(topology) else ARC_BULGE
+
+
+def _stadium(a: tuple[float, float], b: tuple[float, float], bulge: float) -> list[tuple[float, float]]:
+    """An arc from a to b shaped like a rounded bracket: a quarter circle of radius ``|bulge|`` out to the
+    side (left of a->b for a positive bulge), a straight run, a quarter circle back; it leaves its ends at
+    right angles, so it clears the nodes next to them however long it is."""
+    length = math.dist(a, b)
+    radius = min(abs(bulge), length / 2)
+    ux, uy = (b[0] - a[0]) / length, (b[1] - a[1]) / length
+    nx, ny = (-uy, ux) if bulge > 0 else (uy, -ux)
+    points = []
+    for end, along in ((a, 1.0), (b, -1.0)):
+        centre = (end[0] + along * radius * ux, end[1] + along * radius * uy)
+        quarter = [(centre[0] - along * radius * math.cos(k * math.pi / 16) * ux + radius * math.sin(k * math.pi / 16) * nx,
+                    centre[1] - along * radius * math.cos(k * math.pi / 16) * uy + radius * math.sin(k * math.pi / 16) * ny)
+                   for k in range(9)]
+        points += quarter if along > 0 else quarter[::-1]
+    return points
+
+
 def _bend(topology: Topology, pos: Position, u: str, v: str) -> float:
-    """Gpu-to-gpu links in the same row are bent so they do not run through the gpus between."""
+    """How far a link is bent sideways (times its length; see :func:`_curve`), so it never runs under the
+    nodes between its ends: on a dimensioned system, links that skip nodes (wrap-around) bulge up (rows) or
+    right (columns) and links of dimension 2 bulge down, by :data:`ARC_BULGE`; elsewhere gpu-to-gpu links in
+    the same row bend a little (on a cube drawn at an angle, wrap-arounds bulge down and left instead)."""
+    kind = link_dimension(topology, u, v)
+    if kind is not None:
+        dim, skips = kind
+        length = math.dist(pos[u], pos[v])
+        if length == 0 or (not skips and (dim < 2 or _oblique(topology))):
+            return 0.0
+        # the control point sits 2 x bulge from the chord (a quadratic Bézier peaks halfway to it)
+        sign = -1.0 if dim == 2 and not skips else 1.0
+        if dim < 2 and _oblique(topology):  # deeper layers sit up and right: bulge down and left, clear of them
+            sign = -sign
+        if dim == 1:  # a column, drawn top to bottom: positive bends right of the downward direction
+            sign = -sign if pos[v][1] > pos[u][1] else sign
+        elif pos[v][0] < pos[u][0]:
+            sign = -sign
+        return sign * 2 * arc_bulge(topology) / length
     if topology.is_gpu(u) and topology.is_gpu(v) and abs(pos[u][1] - pos[v][1]) < 1e-9 and abs(pos[u][0] - pos[v][0]) > 1.5:
         return 0.18
     return 0.0
@@ -339,18 +453,47 @@ def _draw_nodes(ax: Any, topology: Topology, pos: Position, highlight: Mapping[s
                         ha="center", va="top", zorder=6)
 
 
+#: Link colours by dimension on a dimensioned system (when no schedule load colours them).
+DIMENSION_COLORS = ("#4c72b0", "#55a868", "#c44e52")
+
+
+def link_shapes(topology: Topology, pos: Position | None = None) -> list[tuple[tuple[str, str], list[tuple[float, float]], int | None, bool]]:
+    """Every undirected link as drawn: ``((u, v), points, dimension, skips)``; ``points`` is the polyline
+    (two points when straight), ``dimension``/``skips`` as :func:`link_dimension` says (None, False off a
+    dimensioned system). The pictures draw exactly these; tests check their geometry.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> shapes = link_shapes(load_topology("torus:dims=4x4"))
+    >>> sum(1 for _, _, _, skips in shapes if skips), sum(1 for _, points, _, _ in shapes if len(points) > 2)
+    (8, 8)
+    """
+    pos = pos if pos is not None else layout(topology)
+    result = []
+    for u, v in _pairs(topology):
+        kind = link_dimension(topology, u, v)
+        bend = _bend(topology, pos, u, v)
+        points = (_stadium(pos[u], pos[v], bend * math.dist(pos[u], pos[v]) / 2) if kind and bend
+                  else _curve(pos[u], pos[v], bend))
+        result.append(((u, v), points, kind[0] if kind else None, bool(kind and kind[1])))
+    return result
+
+
 def _draw_links(ax: Any, topology: Topology, pos: Position, colors: Mapping[tuple[str, str], Any] | None = None,
                 faded: bool = False) -> float:
     """Draw every link; returns the widest bandwidth (for the legend)."""
     pairs = _pairs(topology)
     widest = max(pairs.values())
-    segments, widths, colours = [], [], []
-    for (u, v), bandwidth in pairs.items():
-        segments.append(_curve(pos[u], pos[v], _bend(topology, pos, u, v)))
-        widths.append(_width(bandwidth, widest))
-        colour = (colors or {}).get((u, v), LINK_COLOR)
+    segments, widths, colours, styles = [], [], [], []
+    for key, points, dim, skips in link_shapes(topology, pos):
+        segments.append(points)
+        widths.append(_width(pairs[key], widest) * (0.7 if skips or dim == 2 else 1.0))
+        colour = (colors or {}).get(key, LINK_COLOR if dim is None or colors else DIMENSION_COLORS[dim])
         colours.append("#d9dee4" if faded else colour)
-    ax.add_collection(LineCollection(segments, linewidths=widths, colors=colours, zorder=1, capstyle="round"))
+        styles.append((0, (4, 2)) if skips else "solid")
+    ax.add_collection(LineCollection(segments, linewidths=widths, colors=colours, linestyles=styles, zorder=1,
+                                     capstyle="round"))
     return widest
 
 
@@ -359,6 +502,14 @@ def _width_legend(ax: Any, topology: Topology, widest: float, extra: Sequence[An
     if len(values) > 4:
         values = [values[0], values[len(values) // 3], values[2 * len(values) // 3], values[-1]]
     handles = [Line2D([], [], color=LINK_COLOR, linewidth=_width(v, widest), label=f"{v:g} GB/s") for v in values]
+    coords = _coordinates(topology)
+    if coords is not None:
+        names = ("across", "down", "in depth" if _oblique(topology) else "between panels")
+        handles += [Line2D([], [], color=DIMENSION_COLORS[d], linewidth=2.0, label=f"dimension {d} ({names[d]})")
+                    for d in range(len(topology.dimensions))]
+        if any(skips for _, _, _, skips in link_shapes(topology)):
+            handles.append(Line2D([], [], color="#555", linewidth=1.4, linestyle=(0, (4, 2)),
+                                  label="wrap-around (dashed arc)"))
     handles += [Line2D([], [], marker="s", linestyle="", color=GPU_COLOR, label="gpu (rank)")]
     if topology.switches:
         handles.append(Line2D([], [], marker="D", linestyle="", color=SWITCH_COLOR, label="switch"))
@@ -377,7 +528,7 @@ def _new_figure(pos: Position, panels: int = 1, columns: int = 1) -> Figure:
     height = min(30.0, max(3.5, span_y * 0.55 + 0.8)) * rows
     if width > 60:
         height, width = height * 60 / width, 60.0
-    figure = Figure(figsize=(width + 2.2, height), dpi=100, layout="constrained")
+    figure = Figure(figsize=(width + 3.2, height), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 

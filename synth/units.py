@@ -1,4 +1,13 @@
-"""Parsing and printing of byte sizes with units (B, KB, MB, GB, KiB, MiB, GiB, TiB)."""
+"""Parsing and printing of byte sizes with units, and of size ranges.
+
+Units, as nccl-tests reads them: a bare ``K``, ``M``, ``G``, ``T`` is binary (``64M`` = 64 MiB =
+67,108,864 bytes), as are ``KiB``, ``MiB``, ``GiB``, ``TiB``; ``KB``, ``MB``, ``GB``, ``TB`` are decimal
+(``64MB`` = 64,000,000 bytes); no unit (or ``B``) is bytes. Case does not matter.
+
+A range ``FROM:TO[:FACTOR]`` (nccl-tests' ``-b FROM -e TO -f FACTOR``) is FROM, FROM x FACTOR, ... up to
+TO inclusive, with a whole FACTOR of at least 2 (default 2): ``1K:1M:4`` is 1KiB, 4KiB, 16KiB, 64KiB, 256KiB
+and 1MiB.
+"""
 
 from __future__ import annotations
 
@@ -63,3 +72,44 @@ def format_size(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size}B"
+
+
+#: Size-range syntax, as the CLI's help and errors show it.
+RANGE_HELP = "FROM:TO[:FACTOR], e.g. 1K:1G:4 (FROM, FROM x FACTOR, ... up to TO; FACTOR a whole number >= 2, default 2)"
+
+
+def parse_sizes(text: str | int, field: str = "size") -> list[int]:
+    """One size (``"64M"``) or a range ``FROM:TO[:FACTOR]`` (``"1K:1M:4"``) as a list of byte counts.
+
+    The range is geometric, as nccl-tests' ``-b/-e/-f``: FROM, FROM x FACTOR, ... while at most TO (TO itself
+    is in the list only when the steps reach it). FROM must not exceed TO; FACTOR is a whole number from 2 to
+    1024 (default 2), so a range holds at most 51 sizes.
+
+    Examples
+    --------
+    >>> parse_sizes("64M")
+    [67108864]
+    >>> [format_size(s) for s in parse_sizes("1K:1M:4")]
+    ['1KiB', '4KiB', '16KiB', '64KiB', '256KiB', '1MiB']
+    >>> parse_sizes("8:64")
+    [8, 16, 32, 64]
+    """
+    if isinstance(text, int) or ":" not in str(text):
+        return [parse_size(text, field)]
+    parts = str(text).split(":")
+    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+        raise InputError("", field, f"expected a size or a range {RANGE_HELP}, got {text!r}")
+    low = parse_size(parts[0], field)
+    high = parse_size(parts[1], field)
+    factor_text = parts[2].strip() if len(parts) == 3 else "2"
+    if not factor_text.isdigit() or len(factor_text) > 4 or not 2 <= int(factor_text) <= 1024:
+        raise InputError("", field, f"expected a whole factor from 2 to 1024 after the second ':' in {text!r}, "
+                         f"got {factor_text!r} ({RANGE_HELP})")
+    if low > high:
+        raise InputError("", field, f"the range {text!r} starts above its end ({format_size(low)} > "
+                         f"{format_size(high)}); expected {RANGE_HELP}")
+    factor = int(factor_text)
+    sizes = [low]
+    while sizes[-1] * factor <= high:
+        sizes.append(sizes[-1] * factor)
+    return sizes

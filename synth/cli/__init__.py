@@ -47,9 +47,10 @@ def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print details (timings, skipped algorithms)."),
 ) -> None:
     """Synthesize, verify, evaluate and export collective schedules for any network topology."""
-    from synth.cli.common import set_verbosity
+    from synth.cli.common import reset_csv_mode, set_verbosity
 
     set_verbosity(quiet, verbose)
+    reset_csv_mode()
 
 
 for _module in COMMAND_MODULES:
@@ -62,7 +63,7 @@ def main() -> None:
     Ctrl-C and SIGTERM take the same path (exit code 130, no partial output); a second signal while
     cleaning up is ignored. Standard streams that are closed, narrow or broken never cause a traceback.
     """
-    from synth.cli.common import one_line
+    from synth.cli.common import Interrupted, one_line
     from synth.errors import SynthError
 
     _prepare_streams()
@@ -75,9 +76,10 @@ def main() -> None:
             sys.exit(code)
     except SynthError as error:
         _fail(f"error: {one_line(str(error))}", 2)
+    except Interrupted as kept:  # the command kept part of its work and says what
+        _fail(f"interrupted while running `{one_line(_doing())}`: {one_line(str(kept))}", 130)
     except KeyboardInterrupt:
-        doing = " ".join(["synth", *sys.argv[1:]])
-        _fail(f"interrupted while running `{one_line(doing)}`: no partial output was written", 130)
+        _fail(f"interrupted while running `{one_line(_doing())}`: no partial output was written", 130)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.Abort:
@@ -105,6 +107,10 @@ def main() -> None:
         raise
     finally:
         restore()
+
+
+def _doing() -> str:
+    return " ".join(["synth", *sys.argv[1:]])
 
 
 def _fail(message: str, code: int) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import typing
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from synth.algorithms import REGISTRY, Algorithm
-from synth.cli.common import JSON_OPTION, console, print_json, table
+from synth.cli.common import CSV_OPTION, JSON_OPTION, console, print_json, table
 from synth.collectives import Kind, parse_kind
+
+if TYPE_CHECKING:  # synth.algorithms loads the model (networkx): only when the command runs
+    from synth.algorithms import Algorithm
 
 #: Parameters every algorithm function takes positionally; the rest are its options (``-O key=value``).
 _POSITIONAL = ("topology", "kind")
@@ -59,9 +61,12 @@ def algorithms(
     collective: Annotated[str | None, typer.Option(
         "--collective", "-c", help="only the algorithms that do this collective")] = None,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """The algorithms ``synth generate -a NAME`` accepts: the collectives each does, its options
     (``-O key=value``; a bare name means the algorithm picks the value) and what it is."""
+    from synth.algorithms import REGISTRY
+
     kind = None if collective is None else parse_kind(collective, field="--collective")
     entries = [entry for entry in REGISTRY.values() if kind is None or kind in entry.collectives]
     if as_json:

@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 import typer
 
-from synth.algorithms import synthesize
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
     PROTOCOL_OPTION,
+    SIZE_HELP,
     SLICE_BYTES_OPTION,
     SLICES_OPTION,
     TOPOLOGY_HELP,
@@ -31,10 +32,7 @@ from synth.cli.common import (
     write_schedule,
 )
 from synth.collectives import parse_kind
-from synth.evaluate import congestion
-from synth.library import LIBRARY, format_value, shipped_files
 from synth.units import format_size
-from synth.verify import verify
 
 
 def register(app: typer.Typer) -> None:
@@ -46,9 +44,11 @@ def register(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate_command)
 
 
-def topologies(as_json: bool = JSON_OPTION) -> None:
+def topologies(as_json: bool = JSON_OPTION, as_csv: bool = CSV_OPTION) -> None:
     """List the topology library: builders and named systems, with their parameters."""
     import inspect
+
+    from synth.library import LIBRARY, format_value, shipped_files
 
     rows = []
     for name, item in LIBRARY.items():
@@ -66,7 +66,8 @@ def topologies(as_json: bool = JSON_OPTION) -> None:
     console.print("Use a name with parameters anywhere a topology is expected, e.g. [bold]dgx-a100:boxes=2[/bold].")
 
 
-def show(topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)], as_json: bool = JSON_OPTION) -> None:
+def show(topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)], as_json: bool = JSON_OPTION,
+         as_csv: bool = CSV_OPTION) -> None:
     """Summarize a topology: gpus, switches, links and per-gpu ingress/egress bandwidth."""
     topo = topology_argument(topology)
     per_gpu = [{"rank": r, "gpu": g, "egress_GBps": topo.egress_bandwidth(g), "ingress_GBps": topo.ingress_bandwidth(g)}
@@ -95,6 +96,9 @@ def generate(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
 ) -> None:
     """Synthesize a schedule, verify it, and write it as synth JSON."""
+    from synth.algorithms import synthesize
+    from synth.verify import verify
+
     output_file(output, inputs=[topology])
     topo = topology_argument(topology)
     kind = parse_kind(collective, field="--collective")
@@ -169,7 +173,7 @@ def verify_command(
 
 def evaluate_command(
     schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
-    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable)")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP)] = None,
     topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="flow (max-min fair α-β) or astra (ASTRA-sim analytical)")] = "flow",
     protocol: Annotated[str | None, PROTOCOL_OPTION] = None,
@@ -177,9 +181,10 @@ def evaluate_command(
     slices: Annotated[int | None, SLICES_OPTION] = None,
     window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """Evaluate a schedule: time, algbw, busbw, the congestion bound and the plan it ran under, per size."""
-    from synth.evaluate import evaluate_sizes
+    from synth.evaluate import congestion, evaluate_sizes
 
     options = plan_options(protocol, slice_bytes, slices, window)
     schedule = load_schedule(schedule_file)

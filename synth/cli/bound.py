@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from synth.algorithms.forest.plan import unbalanced_switches
-from synth.bounds import algbw_bound, limited_trees, optimal_bound
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
     TOPOLOGY_HELP,
     check_bound_work,
@@ -19,7 +18,9 @@ from synth.cli.common import (
     topology_argument,
 )
 from synth.collectives import Kind, parse_kind
-from synth.topology import Topology
+
+if TYPE_CHECKING:
+    from synth.topology import Topology
 
 #: Names listed per group before the rest are summarized (``--json`` lists everything).
 SHOWN = 16
@@ -46,10 +47,14 @@ def bound(
         "--collective", "-c", help="allgather (default: the exact tree bound, AG/RS/AR) or alltoall "
                                    "(the max concurrent flow LP optimum beside the best cut bound)")] = "allgather",
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR, the (U, k) trees it needs, and
     the bottleneck cut: the gpus and switches whose egress links limit everyone ("why is my fabric slow").
     With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it."""
+    from synth.algorithms.forest.plan import unbalanced_switches
+    from synth.bounds import algbw_bound, limited_trees, optimal_bound
+
     topo = topology_argument(topology)
     if parse_kind(collective, field="--collective") == Kind.ALLTOALL:
         check_bound_work(topo, "the alltoall bound")

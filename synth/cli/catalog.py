@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
     QUIET_OPTION,
     VERBOSE_OPTION,
@@ -36,9 +37,11 @@ def catalog(
                           help="only these collectives (repeatable); default all six")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
                     help="worker processes, one (topology, collective) each; the files do not depend on it")] = 1,
-    check: Annotated[bool, typer.Option("--check", help="do not regenerate: re-verify every file and compare its "
-                                        "figures with a fresh evaluation")] = False,
+    check: Annotated[bool, typer.Option("--check", help="do not regenerate: re-verify the files (those "
+                                        "--topology/--collective select, default all) and compare their figures with "
+                                        "a fresh evaluation")] = False,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
 ) -> None:
@@ -47,8 +50,9 @@ def catalog(
     from synth.catalog import build_catalog, check_catalog, default_specs
 
     command_verbosity(quiet, verbose)
+    kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
     if check:
-        problems = check_catalog(out)
+        problems = check_catalog(out, topologies=topology, kinds=kinds)
         if as_json:
             print_json({"ok": not problems, "problems": problems})
         else:
@@ -62,7 +66,6 @@ def catalog(
     from synth.fileio import check_merge_folder
 
     check_merge_folder(out, option="--out")
-    kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
     specs = list(topology) if topology else default_specs()
     if not specs:
         raise SynthError("no shipped topologies to catalog (the topology library lists none); pass --topology")

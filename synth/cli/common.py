@@ -6,28 +6,69 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from synth.errors import InputError
-from synth.library import load_topology
-from synth.schedule import Schedule
-from synth.topology import Topology
 from synth.units import parse_size
 
-console = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 160)
+if TYPE_CHECKING:  # the CLI imports the model where a command needs it, so `synth --help` stays fast
+    from synth.schedule import Schedule
+    from synth.topology import Topology
+
+#: ``--csv`` given: tables go to stdout as CSV and everything else the command prints goes to stderr.
+CSV_MODE = {"on": False}
+
+
+class _Console(Console):
+    """The stdout console. Under ``--csv`` a table made by :func:`table` is written as CSV and any other
+    output is sent to stderr, so stdout holds nothing but the CSV."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (rich's)
+        if not CSV_MODE["on"] or self.stderr:
+            super().print(*objects, **kwargs)
+            return
+        for item in objects:
+            rows = getattr(item, "csv_rows", None)
+            if rows is None:
+                err_console.print(item, **kwargs)
+            else:
+                write_csv(rows)
+
+
+console = _Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, highlight=False)
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
+
+
+def _csv_flag(value: bool) -> bool:
+    if value:
+        CSV_MODE["on"] = True
+    return value
+
+
+CSV_OPTION = typer.Option(False, "--csv", callback=_csv_flag,
+                          help="Print the table as CSV (a header line, then one line per row) on stdout; "
+                               "notes and messages go to stderr.")
 TOPOLOGY_HELP = "A topology file (.json/.yaml) or library name such as dgx-a100:boxes=2 (see `synth topologies`)."
+
+
+class Interrupted(Exception):  # noqa: N818 (it is what happened, not an error)
+    """Ctrl-C or SIGTERM stopped a command that kept part of its work: the message says what was kept.
+
+    :func:`synth.cli.main` prints ``interrupted while running `synth ...`: MESSAGE`` and exits with 130,
+    instead of its usual "no partial output was written".
+    """
 
 
 def any_topology(spec: str) -> Topology:
     """A topology file, library spec, shipped name or ASTRA-sim network YAML."""
     from synth.astra import is_network_yaml, load_network_yaml
+    from synth.library import load_topology
 
     return load_network_yaml(spec)[0] if is_network_yaml(spec) else load_topology(spec)
 
@@ -49,9 +90,23 @@ def check_bound_work(topology: Topology, what: str, hint: str = "use a smaller t
     limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), what, hint)
 
 
+#: The ``--size`` help every command shares (units and ranges: :mod:`synth.units`).
+SIZE_HELP = ("message size: 64M or 64MiB (binary, as nccl-tests reads it), 64MB (decimal), 1024 (bytes), or a "
+             "range FROM:TO[:FACTOR] like nccl-tests' -b/-e/-f, e.g. 1K:1G:4 (repeatable)")
+
+
 def sizes_argument(values: list[str] | None, default: list[str]) -> list[int]:
-    """Parse repeated ``--size`` options (with units)."""
-    return [parse_size(v, "--size") for v in (values or default)]
+    """Parse repeated ``--size`` options: sizes with units or ranges ``FROM:TO[:FACTOR]``, in the order
+    given, a size named twice kept once.
+
+    Examples
+    --------
+    >>> sizes_argument(["1K:4K", "2K", "1M"], ["1GiB"])
+    [1024, 2048, 4096, 1048576]
+    """
+    from synth.units import parse_sizes
+
+    return list(dict.fromkeys(s for v in (values or default) for s in parse_sizes(v, "--size")))
 
 
 def check_chunks(chunks: int, option: str) -> None:
@@ -74,6 +129,8 @@ def output_file(path: str, option: str = "--output", inputs: list[str | None] | 
 
 def load_schedule(path: str) -> Schedule:
     """Load a schedule file named on the command line."""
+    from synth.schedule import Schedule
+
     if not Path(path).exists():
         raise InputError(path, "", "no such file")
     return Schedule.from_file(path)
@@ -181,8 +238,32 @@ def verify_file(schedule: Schedule, topology: Topology, path: str) -> Any:
         raise VerificationError(f"{path}: {error}", error.transfer) from None
 
 
+def write_csv(rows: list[list[Any]]) -> None:
+    """Write rows (the first one the header) to stdout as CSV; a second table in the same run is set off
+    by an empty line. Cells are printed as the table shows them, control characters escaped.
+
+    Examples
+    --------
+    >>> write_csv([["size", "algorithm"], ["1MiB", "ring, 8 chunks"]])
+    size,algorithm
+    1MiB,"ring, 8 chunks"
+    """
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([[one_line(str(cell)) for cell in row] for row in rows])
+    if CSV_MODE.get("written"):
+        sys.stdout.write("\n")
+    sys.stdout.write(buffer.getvalue())
+    sys.stdout.flush()
+    CSV_MODE["written"] = True
+
+
 def print_json(data: Any) -> None:
     """Print JSON to stdout (sorted keys off, stable order as built)."""
+    if CSV_MODE["on"]:
+        raise InputError("", "--csv", "choose one of --json and --csv")
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
@@ -224,6 +305,8 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]], justify_
         result.add_column(column, justify="right" if justify_right and index in justify_right else "left")
     for row in rows:
         result.add_row(*[shown(cell) for cell in row])
+    result.csv_rows = [list(columns), *[[cell.strip() if isinstance(cell, str) else cell for cell in row]  # type: ignore[attr-defined]
+                                        for row in rows]]
     return result
 
 
@@ -277,6 +360,12 @@ VERBOSE_OPTION = typer.Option(False, "--verbose", "-v", help="Also print details
 def set_verbosity(quiet: bool = False, verbose: bool = False) -> None:
     """Apply the global ``--quiet``/``--verbose`` (neither: normal)."""
     VERBOSITY["level"] = 0 if quiet else 2 if verbose else 1
+
+
+def reset_csv_mode() -> None:
+    """Start a command with ``--csv`` off (the option's callback turns it on)."""
+    CSV_MODE.clear()
+    CSV_MODE["on"] = False
 
 
 def command_verbosity(quiet: bool, verbose: bool) -> None:

@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
+    SIZE_HELP,
     check_bound_work,
     console,
     fmt_time,
@@ -16,9 +18,7 @@ from synth.cli.common import (
     table,
 )
 from synth.collectives import Kind
-from synth.compare import baseline_description, baselines, run_all, speedup
 from synth.errors import InputError
-from synth.library import load_topology
 from synth.units import format_size
 
 DEFAULT_TOPOLOGY = "dgx-a100:boxes=2"
@@ -32,12 +32,16 @@ def register(app: typer.Typer) -> None:
 
 def demo(
     topology: Annotated[str, typer.Option("--topology", "-t", help="topology to run on")] = DEFAULT_TOPOLOGY,
-    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message sizes (repeatable)")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP)] = None,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """Run every available algorithm for allgather, reduce-scatter, allreduce and alltoall on a 2-box
     DGX A100, verify each schedule, and print time, algbw, busbw, the congestion bound and the speedup
     over nccl (what NCCL would run at that size) per size."""
+    from synth.compare import baseline_description, baselines, run_all, speedup
+    from synth.library import load_topology
+
     try:
         topo = load_topology(topology)
     except InputError:

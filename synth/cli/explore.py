@@ -9,9 +9,11 @@ from typing import Annotated
 import typer
 
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
     PROTOCOL_OPTION,
     QUIET_OPTION,
+    SIZE_HELP,
     SLICE_BYTES_OPTION,
     SLICES_OPTION,
     TOPOLOGY_HELP,
@@ -67,7 +69,7 @@ def compare(
     topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
     collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
                           help="collective (repeatable); default allgather, reducescatter, allreduce, alltoall")] = None,
-    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size such as 1GiB (repeatable)")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP)] = None,
     algorithm: Annotated[list[str] | None, typer.Option("--algorithm", "-a",
                          help="only these algorithms (repeatable); default every applicable one except slow "
                               "solver runs (milp)")] = None,
@@ -78,6 +80,7 @@ def compare(
     slices: Annotated[int | None, SLICES_OPTION] = None,
     window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
 ) -> None:
@@ -178,13 +181,14 @@ def draw(
 ) -> None:
     """Draw a topology: gpus, switches, links as wide as their bandwidth, boxes and switch tiers laid out;
     optionally a schedule's link load and the bottleneck cut, or the trees of one root."""
-    from synth.draw import draw_topology, save_figure
-
     command_verbosity(quiet, verbose)
+    if output is not None:  # before loading anything: a bad place fails at once
+        output_file(output, inputs=[topology, schedule_file], suffixes=(".png", ".svg"))
     topo = topology_argument(topology)
     target = output if output is not None else (
         (re.sub(r"[^A-Za-z0-9_.-]+", "-", topo.name).strip("-")[:200] or "topology") + ".png")
     output_file(target, inputs=[topology, schedule_file], suffixes=(".png", ".svg"))
+    from synth.draw import draw_topology, save_figure
     if not no_cut:
         check_bound_work(topo, "the bottleneck cut", hint="use --no-cut, or a smaller topology")
     schedule = None

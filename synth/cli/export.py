@@ -4,12 +4,14 @@ and algorithms written by other tools brought back as verified schedules."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
+    SIZE_HELP,
     TOPOLOGY_HELP,
     console,
     err_console,
@@ -25,8 +27,10 @@ from synth.cli.common import (
     write_schedule,
 )
 from synth.errors import InputError
-from synth.topology import Topology
 from synth.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from synth.topology import Topology
 
 export_app = typer.Typer(name="export", help="Write a schedule in a format another tool runs (ASTRA-sim, MSCCL).",
                          no_args_is_help=True)
@@ -60,8 +64,7 @@ def _import_topology(spec: str) -> tuple[Topology, str]:
 def export_chakra_command(
     schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
     output: Annotated[str, typer.Option("--output", "-o", help="folder to write (created if missing)")],
-    size: Annotated[list[str] | None, typer.Option("--size", "-s", help="message size, e.g. 1GiB (repeatable; "
-                                                   "one trace set per size)")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP + "; one trace set per size")] = None,
     comp_duration_us: Annotated[int | None, typer.Option("--comp-duration-us", min=0, max=MAX_COMP_US,
                                                          help="duration of every reduction "
                                                          "COMP node in whole µs (default: the schedule's, else 0 "
@@ -75,6 +78,7 @@ def export_chakra_command(
     window: Annotated[int | None, typer.Option("--window", help="slices of a transfer in flight: slice j also "
                                                "waits until slice j-window has arrived (default: no limit)")] = None,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """Write Chakra ETs plus the workload, system, network and memory configs and run_astrasim.sh."""
     from synth.export.chakra import SIGNATURE, export_chakra

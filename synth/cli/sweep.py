@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TextColumn, TimeElapsedColumn
@@ -11,17 +11,22 @@ from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
     VERBOSITY,
+    Interrupted,
     console,
     err_console,
     note,
-    one_line,
     output_file,
     print_json,
     table,
 )
-from synth.sweep import MAX_WORKERS, Progress, SweepSummary, load_spec, run_sweep
+
+MAX_WORKERS = 512  # synth.sweep.MAX_WORKERS (it imports Dask; a test keeps the two equal)
+
+if TYPE_CHECKING:
+    from synth.sweep import Progress, SweepSummary
 
 
 def register(app: typer.Typer) -> None:
@@ -54,9 +59,12 @@ def sweep(
     retry_errors: Annotated[bool, typer.Option(
         "--retry-errors", help="Run points stored with status error again.")] = False,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """Synthesize, verify and evaluate every point of a design-space grid in parallel (Dask), one row per
     point and size in a Parquet file; resumable, flushed every few seconds."""
+    from synth.sweep import load_spec, run_sweep
+
     output_file(output, inputs=[spec])
     sweep_spec = load_spec(spec)
     # Same rule as the shared progress_bar (stderr; off when --quiet or stdout is not a terminal), plus
@@ -70,7 +78,10 @@ def sweep(
     def on_start(counts: Progress) -> None:
         bar.update(task_id, total=counts.total)
 
+    finished = [0]
+
     def on_point(counts: Progress) -> None:
+        finished[0] = counts.done
         bar.update(task_id, completed=counts.done, failed=counts.failed, rate=counts.rate)
 
     try:
@@ -79,9 +90,10 @@ def sweep(
                                 flush_seconds=flush_seconds, flush_points=flush_points, retry_errors=retry_errors,
                                 progress=on_point, on_start=on_start)
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: finished points are saved in {one_line(output)}; run the same command again to "
-                   "resume", err=True)
-        raise typer.Exit(130) from None
+        if not finished[0]:
+            raise  # nothing finished, nothing written: the usual message is the truth
+        raise Interrupted(f"the {finished[0]} point(s) finished in this run are saved in {output} (with any rows "
+                          "it held before); run the same command again to resume") from None
     _report(summary, as_json)
 
 

@@ -8,8 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from synth.cli.common import (
+    CSV_OPTION,
     JSON_OPTION,
     PROTOCOL_OPTION,
+    SIZE_HELP,
     SLICE_BYTES_OPTION,
     SLICES_OPTION,
     TOPOLOGY_HELP,
@@ -29,7 +31,6 @@ from synth.cli.common import (
 from synth.collectives import parse_kind
 from synth.compare import baseline_description
 from synth.errors import InputError
-from synth.tune import DEFAULT_SIZES, plot, tune, write_table
 from synth.units import format_size
 
 
@@ -59,7 +60,7 @@ def tune_command(
     topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
     collective: Annotated[str, typer.Option("--collective", "-c", help="allreduce, allgather, reducescatter, ...")],
     size: Annotated[list[str] | None, typer.Option(
-        "--size", "-s", help="message sizes (repeatable; default 1KiB to 4GiB in powers of 4)")] = None,
+        "--size", "-s", help=SIZE_HELP + "; default 1K:4G:4")] = None,
     algorithm: Annotated[list[str] | None, typer.Option(
         "--algorithm", "-a", help="only these algorithms (repeatable; default every applicable one)")] = None,
     option: Annotated[list[str] | None, typer.Option(
@@ -76,11 +77,14 @@ def tune_command(
     slices: Annotated[int | None, SLICES_OPTION] = None,
     window: Annotated[int | None, WINDOW_OPTION] = None,
     as_json: bool = JSON_OPTION,
+    as_csv: bool = CSV_OPTION,
 ) -> None:
     """Evaluate every applicable algorithm at every message size and print, per size, the winner, its
     time, the baseline's (nccl: what NCCL would run; always a candidate) and the speedup over it, the
     runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
     table a runtime can load (format in `synth.tune`)."""
+    from synth.tune import DEFAULT_SIZES, plot, tune, write_table
+
     if out is not None:
         output_file(out, "--out", inputs=[topology])
     if plot_path is not None:
