@@ -29,7 +29,6 @@ from synth.cli.common import (
     topology_argument,
 )
 from synth.collectives import parse_kind
-from synth.compare import baseline_description
 from synth.errors import InputError
 from synth.units import format_size
 
@@ -83,6 +82,7 @@ def tune_command(
     time, the baseline's (nccl: what NCCL would run; always a candidate) and the speedup over it, the
     runner-up and the % of the bandwidth bound. ``--out`` writes the size-range -> algorithm
     table a runtime can load (format in `synth.tune`)."""
+    from synth.compare import baseline_description
     from synth.tune import DEFAULT_SIZES, plot, tune, write_table
 
     if out is not None:
