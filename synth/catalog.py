@@ -104,7 +104,11 @@ def _msccl_xml(schedule: Schedule, topology: Topology) -> tuple[str | None, str]
 
 
 def _command(spec: str, kind: Kind, algorithm: str, file: str, out: str) -> str:
-    return f"synth generate {spec} -c {kind.value} -a {algorithm} -o {out.rstrip('/')}/{file}"
+    from synth.algorithms import REGISTRY
+
+    # a size-sensitive algorithm was made for the catalog's size: the command says so
+    sized = f" -O size={CATALOG_SIZE}" if algorithm in REGISTRY and REGISTRY[algorithm].size_sensitive else ""
+    return f"synth generate {spec} -c {kind.value} -a {algorithm}{sized} -o {out.rstrip('/')}/{file}"
 
 
 def _best_fitting(rows: list[Row], schedules: dict[tuple[str, str], Schedule]) -> tuple[Row | None, str, str]:
@@ -141,7 +145,8 @@ def _catalog_cell(spec: str, kind: Kind, out_name: str) -> tuple[CatalogEntry, d
     if xml is not None:
         xml_name = f"{slug(spec)}.{kind.value}.xml"
         files[xml_name] = xml
-    note = "; ".join(part for part in (note, why) if part)
+    chosen = f"{row.label}: the variant fastest at {CATALOG_SIZE} bytes" if row.variant else ""
+    note = "; ".join(part for part in (chosen, note, why) if part)
     return (CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, row.algorithm, name,
                          xml_name, row.algbw_GBps, bound, len(schedule.transfers),
                          _command(spec, kind, row.algorithm, name, out_name), note,
