@@ -891,8 +891,8 @@ def simulate_astra(schedule: Schedule, topology: Topology, size: int, plan: Plan
 
 
 def schedule_fingerprint(schedule: Schedule) -> str:
-    """First 16 hex digits of the SHA-256 of the schedule's JSON: which schedule an ASTRA-sim measurement
-    (``make astra-check --record``) is of.
+    """First 16 hex digits of the SHA-256 of the schedule's JSON, less a pinned plan: which schedule an
+    ASTRA-sim measurement (``make astra-check --record``) is of.
 
     Examples
     --------
@@ -901,8 +901,11 @@ def schedule_fingerprint(schedule: Schedule) -> str:
     >>> len(schedule_fingerprint(synthesize(load_topology("switch:n=4"), "allgather", "ring")))
     16
     """
+    import dataclasses
     import hashlib
 
+    if "plan" in schedule.params:  # ASTRA-sim models no protocol or slicing: a pinned plan is not what it ran
+        schedule = dataclasses.replace(schedule, params={k: v for k, v in schedule.params.items() if k != "plan"})
     return hashlib.sha256(schedule.to_json().encode()).hexdigest()[:16]
 
 
