@@ -190,6 +190,17 @@ def test_demo_json(cli, spec):
         assert skipped["reason"]
 
 
+def test_demo_lists_a_refusing_algorithm_as_skipped_and_goes_on(cli, monkeypatch):
+    monkeypatch.setenv("SYNTH_MAX_TRANSFERS", "20")  # nccl and forest refuse their schedules: the demo still runs
+    result = as_json(cli("demo", "--topology", "ring:n=4", "-s", "1MiB", "--json"))
+    assert {row["algorithm"] for row in result["rows"]} >= {"ring", "direct"}
+    refused = {(s["algorithm"], s["collective"]) for s in result["skipped"] if "LimitError" in s["reason"]}
+    assert ("nccl", "allgather") in refused and ("forest", "allgather") in refused
+    assert not refused & {(row["algorithm"], row["collective"]) for row in result["rows"]}
+    reasons = [s["reason"] for s in result["skipped"] if s["algorithm"] in ("nccl", "forest")]
+    assert reasons and all("transfers" in reason or "LimitError" not in reason for reason in reasons)
+
+
 def test_demo_table(cli):
     text = ok(cli("demo", "--topology", "ring:n=4", "-s", "1MiB")).out
     assert "ring" in text and "allreduce" in text and "1MiB" in text
