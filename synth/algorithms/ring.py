@@ -43,7 +43,7 @@ from typing import Any
 
 import networkx as nx
 
-from synth.algorithms.utils import hamiltonian_cycle, hamiltonian_ring, make_collective, send
+from synth.algorithms.utils import hamiltonian_cycle, hamiltonian_ring, make_collective, send, spanning_walk
 from synth.collectives import Kind
 from synth.errors import InputError
 from synth.routing import chain_paths, neighbors
@@ -282,31 +282,12 @@ def _hamiltonian_path(hops: dict[int, list[int]], start: int, end: int, cost: di
     nodes = set(hops)
     if start == end:
         return [start] if nodes == {start} else None
-    path = [start]
-    on_path = {start}
-    steps = 0
 
-    def candidates(node: int) -> list[int]:
-        free = [v for v in hops[node] if v not in on_path and (v != end or len(path) == len(nodes) - 1)]
+    def candidates(node: int, on_path: set[int]) -> list[int]:
+        free = [v for v in hops[node] if v not in on_path and (v != end or len(on_path) == len(nodes) - 1)]
         return sorted(free, key=lambda v: (cost[(node, v)], sum(1 for w in hops[v] if w not in on_path), v))
 
-    stack = [iter(candidates(start))]
-    while stack:
-        steps += 1
-        if steps > budget:
-            return None
-        if path[-1] == end and len(path) == len(nodes):
-            return path
-        nxt = next(stack[-1], None)
-        if nxt is None:
-            stack.pop()
-            if len(path) > 1:
-                on_path.discard(path.pop())
-            continue
-        path.append(nxt)
-        on_path.add(nxt)
-        stack.append(iter(candidates(nxt)))
-    return None
+    return spanning_walk(start, len(nodes), candidates, lambda path: path[-1] == end, budget)
 
 
 def rail_rings(topology: Topology, channels: int) -> list[list[int]] | None:

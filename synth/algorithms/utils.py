@@ -5,7 +5,7 @@ Routing itself (paths through forwarding nodes, relay chains) is a property of t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from synth.collectives import ROOTED, Collective, Kind
@@ -50,21 +50,36 @@ def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> 
         a, b = nodes
         return nodes if b in adjacency[a] else None
     start = nodes[0]
-    path = [start]
-    on_path = {start}
-    steps = 0
 
-    def candidates(node: int) -> list[int]:
+    def candidates(node: int, on_path: set[int]) -> list[int]:
         free = [v for v in adjacency[node] if v not in on_path]
         return sorted(free, key=lambda v: (sum(1 for w in adjacency[v] if w not in on_path), v))
 
-    stack = [iter(candidates(start))]
+    return spanning_walk(start, len(nodes), candidates, lambda path: start in adjacency[path[-1]], budget)
+
+
+def spanning_walk(start: int, count: int, candidates: Callable[[int, set[int]], list[int]],
+                  complete: Callable[[list[int]], bool], budget: int) -> list[int] | None:
+    """A path of ``count`` distinct nodes from ``start`` that ``complete`` accepts, by depth-first search
+    taking each node's onward choices in the order ``candidates(node, on_path)`` gives; None when none is
+    found within ``budget`` steps. The search behind :func:`hamiltonian_cycle` and the rings' paths.
+
+    Examples
+    --------
+    >>> line = {0: [1], 1: [0, 2], 2: [1]}
+    >>> spanning_walk(0, 3, lambda v, seen: [w for w in line[v] if w not in seen], lambda p: True, 100)
+    [0, 1, 2]
+    """
+    path = [start]
+    on_path = {start}
+    steps = 0
+    stack = [iter(candidates(start, on_path))]
     while stack:
         steps += 1
         if steps > budget:
             return None
-        if len(path) == len(nodes):
-            if start in adjacency[path[-1]]:
+        if len(path) == count:
+            if complete(path):
                 return path
             on_path.discard(path.pop())
             stack.pop()
@@ -77,7 +92,7 @@ def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> 
             continue
         path.append(nxt)
         on_path.add(nxt)
-        stack.append(iter(candidates(nxt)))
+        stack.append(iter(candidates(nxt, on_path)))
     return None
 
 
