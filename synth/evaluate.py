@@ -115,22 +115,24 @@ class Model:
     """A timing model: ``function(schedule, topology, size, plan) -> seconds``.
 
     ``protocols``: the model charges protocol costs (else only ``ideal`` applies); ``slicing``: it
-    streams chunks in the plan's slices (else every chunk is one slice).
+    streams chunks in the plan's slices (else every chunk is one slice); ``cutoff``: the function takes
+    a ``cutoff=`` keyword (seconds) and returns ``inf`` as soon as it knows the time would exceed it.
     """
 
     name: str
-    function: Callable[[Schedule, Topology, int, Plan], float]
+    function: Callable[..., float]
     protocols: bool
     slicing: bool
+    cutoff: bool = False
 
 
 MODELS: dict[str, Model] = {}
 
 
-def register_model(name: str, function: Callable[[Schedule, Topology, int, Plan], float], *,
-                   protocols: bool, slicing: bool) -> None:
+def register_model(name: str, function: Callable[..., float], *, protocols: bool, slicing: bool,
+                   cutoff: bool = False) -> None:
     """Register a timing model (see :class:`Model`)."""
-    MODELS[name] = Model(name, function, protocols, slicing)
+    MODELS[name] = Model(name, function, protocols, slicing, cutoff)
 
 
 def _load_optional_models() -> None:
@@ -195,12 +197,16 @@ def candidate_plans(schedule: Schedule, size: int, model: Model, options: PlanOp
 
 
 def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int], model: str = "flow",
-                   options: PlanOptions | None = None) -> list[Evaluation]:
+                   options: PlanOptions | None = None, cutoff: float | None = None) -> list[Evaluation]:
     """Evaluate a schedule at several message sizes (the congestion report is computed once).
 
     With protocol auto, each protocol is simulated unless its lower bound (the congestion time at the
     protocol's efficiency plus its base latency) already exceeds the best time found; ties go to the
-    protocol tried first (the one with the smaller lower bound, then LL, LL128, Simple).
+    protocol tried first (the one with the smaller lower bound, then LL, LL128, Simple). A protocol's
+    simulation also stops as soon as it cannot beat the best time found (models that support it).
+
+    ``cutoff`` (seconds): a caller choosing among candidates that only needs to know whether this one
+    is faster; a size whose time would exceed it is reported with ``time_s`` = ``inf``.
     """
     chosen_model = get_model(model)
     report = congestion(schedule, topology)
@@ -218,7 +224,16 @@ def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int],
         for plan in sorted(plans, key=lambda p: floor[p]):
             if best is not None and floor[plan] >= best[0]:
                 continue
-            seconds = chosen_model.function(schedule, topology, size, plan)
+            if cutoff is not None and floor[plan] > cutoff:
+                seconds = math.inf
+                if best is None:
+                    best = (seconds, plan)
+                continue
+            limit = cutoff if best is None else best[0] if cutoff is None else min(cutoff, best[0])
+            if limit is not None and chosen_model.cutoff:
+                seconds = chosen_model.function(schedule, topology, size, plan, cutoff=limit)
+            else:
+                seconds = chosen_model.function(schedule, topology, size, plan)
             if best is None or seconds < best[0]:
                 best = (seconds, plan)
         assert best is not None
@@ -242,7 +257,7 @@ def _check_work(schedule: Schedule, size: int, plan: Plan) -> None:
 
 
 def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "flow",
-             options: PlanOptions | None = None, **plan: Any) -> Evaluation:
+             options: PlanOptions | None = None, cutoff: float | None = None, **plan: Any) -> Evaluation:
     """Evaluate a schedule at one message size with the chosen model and plan.
 
     Plan fields may be given as ``options`` or as keywords (``protocol=``, ``slice_bytes=``,
@@ -264,7 +279,7 @@ def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "fl
         if unknown:
             raise InputError("", sorted(unknown)[0], "unknown plan option; expected protocol, slice_bytes, slices, window")
         options = PlanOptions(**{**(options.to_dict() if options else {}), **plan})
-    return evaluate_sizes(schedule, topology, [size], model, options)[0]
+    return evaluate_sizes(schedule, topology, [size], model, options, cutoff)[0]
 
 
 def simulate_flow(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None) -> float:
@@ -289,4 +304,4 @@ def protocol_costs_table() -> Mapping[str, Mapping[str, float]]:
                       "slice_bytes": c.slice_bytes} for p, c in PROTOCOL_COSTS.items()}
 
 
-register_model("flow", simulate, protocols=True, slicing=True)
+register_model("flow", simulate, protocols=True, slicing=True, cutoff=True)

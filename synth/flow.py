@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -175,18 +176,23 @@ class _MaxMin:
         num_links = len(self.capacity)
         remaining = self.capacity.copy()
         hit = np.zeros(self.num_classes, dtype=bool)
+        share = np.empty(num_links)
+        used = np.empty(num_links, dtype=bool)
+        bincount = np.bincount
         while entry_link.size:
-            load = np.bincount(entry_link, weights=entry_weight, minlength=num_links)
-            used = load > 0
-            share = np.full(num_links, np.inf)
-            share[used] = remaining[used] / load[used]
+            load = bincount(entry_link, weights=entry_weight, minlength=num_links)
+            np.greater(load, 0, out=used)
+            share.fill(np.inf)
+            np.divide(remaining, load, out=share, where=used)
             level = share.min()
             bottleneck = share <= level * (1 + 1e-12)
             hit[:] = False
             hit[entry_class[bottleneck[entry_link]]] = True
             rate[hit] = level
             newly = hit[entry_class]
-            remaining -= np.bincount(entry_link[newly], weights=entry_weight[newly] * level, minlength=num_links)
+            if newly.all():
+                break
+            remaining -= bincount(entry_link[newly], weights=entry_weight[newly] * level, minlength=num_links)
             np.maximum(remaining, 0.0, out=remaining)
             keep = ~newly
             entry_link = entry_link[keep]
@@ -217,11 +223,16 @@ def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np
     return flat[index], owner
 
 
-def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None) -> float:
+def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None,
+             cutoff: float | None = None) -> float:
     """Completion time in seconds of ``schedule`` at ``size`` bytes under ``plan`` (see the module doc).
 
     Without a plan: the ``ideal`` protocol with every chunk one slice, the plain chunk-level α-β model
     (the yardstick algorithms use; commands use :func:`synth.evaluate.evaluate` and the plan rule).
+
+    With ``cutoff`` (seconds), a time over the cutoff is returned as ``inf``, and the simulation stops as
+    soon as its clock shows that it will be: a caller choosing the fastest of several candidates learns
+    that this one loses without simulating it to the end (the times it does return are unchanged).
 
     Examples
     --------
@@ -233,10 +244,11 @@ def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | Non
     """
     if plan is None:
         plan = make_plan(schedule.collective.chunks, size, Protocol.IDEAL, slices=1)
-    return simulate_detailed(schedule, topology, size, plan).time_s
+    return simulate_detailed(schedule, topology, size, plan, cutoff).time_s
 
 
-def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: Plan) -> FlowResult:
+def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: Plan,
+                      cutoff: float | None = None) -> FlowResult:
     """:func:`simulate` with the event and rate-update counts (for benchmarks)."""
     transfers = schedule.transfers
     count = len(transfers)
@@ -349,6 +361,9 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
     settle(np.empty(0, dtype=np.int64), np.flatnonzero(dep_counts == 0))
     with np.errstate(divide="ignore", invalid="ignore"):
         while done < total:
+            # Slices are still to arrive, none before ``now``: the time is at least now + base.
+            if cutoff is not None and now + base > cutoff:
+                return FlowResult(math.inf, events, rate_updates)
             events += 1
             active = bool(members.any())
             if not active and not arrivals:
@@ -401,4 +416,5 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
             elif len(arrived_now):
                 np.add.at(arrived, arrived_now, 1)
             settle(arrived_now, finished)
-    return FlowResult(last_arrival + base, events, rate_updates)
+    finish = last_arrival + base
+    return FlowResult(math.inf if cutoff is not None and finish > cutoff else finish, events, rate_updates)

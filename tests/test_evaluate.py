@@ -412,3 +412,21 @@ def test_flow_simulation_matches_the_reference(topology, data):
     slow = _reference_flow(schedule, topology, size, plan)
     assert abs(fast - slow) <= 1e-9 * slow, (fast, slow, plan)
     assert fast >= congestion(schedule, topology).time(size) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("name,kind,algorithm,size", [
+    ("dgx1", "allreduce", "ring", 2**22), ("dgx-a100:boxes=2", "allgather", "forest", 2**24),
+    ("ndv2:boxes=2", "allreduce", "hierarchical", 2**20)])
+def test_cutoff_only_stops_a_simulation_that_cannot_finish_in_time(name, kind, algorithm, size):
+    topology = load_topology(name)
+    schedule = synthesize(topology, kind, algorithm)
+    plan = make_plan(schedule.collective.chunks, size, "Simple")
+    full = simulate(schedule, topology, size, plan)
+    assert simulate(schedule, topology, size, plan, cutoff=full) == full
+    assert simulate(schedule, topology, size, plan, cutoff=full * 1.5) == full
+    assert simulate(schedule, topology, size, plan, cutoff=full * 0.999) == float("inf")
+    # evaluate with auto protocol: the cutoff inside the protocol loop leaves the answer as it was
+    best = min(evaluate(schedule, topology, size, protocol=p).time_s for p in ("LL", "LL128", "Simple"))
+    assert evaluate(schedule, topology, size).time_s == best
+    assert evaluate(schedule, topology, size, cutoff=best * 0.999).time_s == float("inf")
+    assert evaluate(schedule, topology, size, cutoff=best).time_s == best
