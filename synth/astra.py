@@ -462,6 +462,13 @@ def simulate(program: Any, network: Network, order: str | int | None = None) -> 
         The order in which nodes that become ready together (freed by one completion, or the roots of a
         rank) are issued: None is file order; "reverse" and a random seed stand in for ASTRA-sim's hash
         set order, to check that a program's outcome does not depend on it.
+
+    Notes
+    -----
+    Longer than the house limit on purpose: it mirrors ASTRA-sim's executor event by event, as one event
+    loop whose handlers (``issue``, ``enqueue``, ``transmit``, ``deliver``, ``done``, the tie detection in
+    ``parting``) are nested functions sharing the run's state, each under 45 lines; read together they are
+    the replay's definition, and the tie bookkeeping needs every handler's view of the current step.
     """
     import random
 

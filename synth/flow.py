@@ -249,7 +249,13 @@ def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | Non
 
 def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: Plan,
                       cutoff: float | None = None) -> FlowResult:
-    """:func:`simulate` with the event and rate-update counts (for benchmarks)."""
+    """:func:`simulate` with the event and rate-update counts (for benchmarks).
+
+    Longer than the house limit on purpose: one event loop over numpy state arrays shared with its two
+    nested steps (``start``: slices that may start now; ``settle``: what finishing and arriving slices
+    free), each under 40 lines; the loop body is the model's definition read in one place, and it runs
+    once per event on schedules of millions of slice transfers, so its state stays in local variables.
+    """
     transfers = schedule.transfers
     count = len(transfers)
     base = plan.costs.base_latency_us * MICRO

@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from synth.collectives import Collective
 from synth.errors import VerificationError
 from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
@@ -307,6 +308,13 @@ class _Reachability:
 
 
 def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
+    """Replay the transfers in ``order`` on the ranks' cells, checking each, then the postcondition;
+    returns the longest chain of dependent transfers.
+
+    Longer than the house limit on purpose: this is the verifier's hot loop, run once per transfer on
+    schedules of millions of transfers, so its checks stay inline (state in local variables, no call per
+    check); each check is one ``if`` with its own message.
+    """
     collective = schedule.collective
     transfers = schedule.transfers
     reducing = collective.reducing
@@ -403,6 +411,13 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
         if target_readers:
             readers[target] = []
 
+    _check_final(collective, value)
+    return deepest
+
+
+def _check_final(collective: Collective, value: dict[int, int]) -> None:
+    """The postcondition: every rank's cells hold what the collective promises."""
+    num_ranks, num_ids = collective.num_ranks, collective.num_chunk_ids
     for rank in range(num_ranks):
         for chunk, mask in collective.final(rank):
             got = value.get(rank * num_ids + chunk, 0)
@@ -410,7 +425,6 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
                 raise VerificationError(
                     f"postcondition: rank {rank} ends with chunk {chunk} holding {_describe(got, num_ranks)}"
                     f", expected {_describe(mask, num_ranks)}")
-    return deepest
 
 
 def _cell(slot: int | None, chunk: int) -> str:

@@ -129,10 +129,15 @@ def _emit_down(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[
 def _emit_up(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[[int, int], range]) -> dict[int, int]:
     """Reduce each chunk up its tree copy toward the root; return the last transfer into the root per chunk.
 
-    Reductions into one rank are chained (the verifier requires writes to a cell to be ordered): a
-    rank's transfer to its parent waits for every reduction into it."""
+    A rank with several children receives them as a runtime does, all at once: the first child reduces
+    straight into the rank's cell, each further child copies into a fresh scratch slot of the rank and a
+    local reduce (no network time) folds the slot into the cell, the local reduces chained (the verifier
+    requires writes to a cell to be ordered). Chaining the children's transfers themselves would make each
+    slice wait for the previous child's, a pipeline as deep as the fan-in. A rank's transfer to its parent
+    waits for every reduction into it."""
     cursor = _PathCursor(plan, backwards=True)
     copy_index = [0] * plan.net.num_compute
+    scratch_used = [0] * plan.net.num_compute
     finished: dict[int, int] = {}
     append = transfers.append
     for tree in plan.classes:
@@ -144,12 +149,20 @@ def _emit_up(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[[i
                 last_into: dict[int, int] = {}
                 sent: dict[int, int] = {}
                 for (x, y), path in zip(reversed(tree.arcs), reversed(paths), strict=True):
-                    deps = [last_into[v] for v in (y, x) if v in last_into]
+                    deps = [last_into[y]] if y in last_into else []
                     if y in previous:  # a tree's chunks follow each other up every arc (pipelining)
                         deps.append(previous[y])
                     tid = len(transfers)
-                    append(Transfer(tid, y, x, chunk, REDUCE, path, tuple(sorted(deps))))
-                    last_into[x] = sent[y] = tid
+                    if x not in last_into:
+                        append(Transfer(tid, y, x, chunk, REDUCE, path, tuple(sorted(deps))))
+                        last_into[x] = sent[y] = tid
+                        continue
+                    slot = scratch_used[x]
+                    scratch_used[x] += 1
+                    append(Transfer(tid, y, x, chunk, COPY, path, tuple(sorted(deps)), dst_scratch=slot))
+                    append(Transfer(tid + 1, x, x, chunk, REDUCE, (path[-1],), (last_into[x], tid), src_scratch=slot))
+                    sent[y] = tid
+                    last_into[x] = tid + 1
                 finished[chunk] = last_into[root]
                 previous = sent
             copy_index[root] += 1
