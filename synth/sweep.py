@@ -191,76 +191,14 @@ def load_spec(path: str | Path) -> Sweep:
 
 def parse_spec(data: Any, source: str = "") -> Sweep:
     """Validate a parsed spec document and expand its grid into points (see the module docstring)."""
-    from synth.algorithms import REGISTRY
-    from synth.collectives import parse_kind
-    from synth.library import LIBRARY
     from synth.units import parse_size
 
-    if not isinstance(data, dict):
-        raise InputError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        spec = _SpecModel.model_validate(data)
-    except ValidationError as error:
-        problems = error.errors()
-        # A misspelt key is the likeliest cause of a "missing" one: report it first.
-        first = next((e for e in problems if e["type"] == "extra_forbidden"), problems[0])
-        loc = ".".join(str(part) for part in first["loc"])
-        message = {"extra_forbidden": "unknown field (expected name, topology, grid, collectives, algorithms, "
-                                      "sizes, model, plan, options)",
-                   "missing": "missing required field"}.get(first["type"], first["msg"])
-        raise InputError(source, loc, message) from None
-
-    spellings = (spec.topology, spec.topology.replace("_", "-"), spec.topology.replace("-", "_"))
-    builder = next((name for name in spellings if name in LIBRARY), None)
-    if builder is None:
-        raise InputError(source, "topology", f"unknown topology builder {spec.topology!r}; expected one of "
-                         f"{', '.join(LIBRARY)}")
-    signature = inspect.signature(LIBRARY[builder].builder).parameters
-    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
-    axes: dict[str, list[Any]] = {}
-    for raw_key, raw_value in spec.grid.items():
-        key = str(raw_key).strip().replace("-", "_")
-        where = f"grid.{raw_key}"
-        if key not in signature and not open_ended:
-            raise InputError(source, where, f"{builder} has no parameter {key!r}; it takes "
-                             f"{', '.join(signature) or 'none'}")
-        if key in RESERVED_COLUMNS:
-            raise InputError(source, where, f"{key!r} clashes with a result column; rename the parameter")
-        if key in axes:
-            raise InputError(source, where, f"parameter {key!r} is given twice")
-        axes[key] = _axis_values(raw_value, source, where)
-
-    kinds: list[str] = []
-    for index, text in enumerate(spec.collectives):
-        kind = parse_kind(text, source, f"collectives.{index}").value
-        if kind in kinds:
-            raise InputError(source, f"collectives.{index}", f"duplicate collective {kind!r}")
-        kinds.append(kind)
-    if not kinds:
-        raise InputError(source, "collectives", "expected at least one collective")
-
-    if spec.algorithms is None:
-        algorithms = list(REGISTRY)
-    else:
-        algorithms = []
-        for index, name in enumerate(spec.algorithms):
-            if name not in REGISTRY:
-                raise InputError(source, f"algorithms.{index}", f"unknown algorithm {name!r}; expected one of "
-                                 f"{', '.join(REGISTRY)}")
-            if name in algorithms:
-                raise InputError(source, f"algorithms.{index}", f"duplicate algorithm {name!r}")
-            algorithms.append(name)
-        if not algorithms:
-            raise InputError(source, "algorithms", "expected at least one algorithm (or leave the field out)")
-    for name in spec.options:
-        if name not in REGISTRY:
-            raise InputError(source, f"options.{name}", f"unknown algorithm {name!r}")
-    pairs = [(kind, name) for kind in kinds for name in algorithms
-             if kind in {k.value for k in REGISTRY[name].collectives}]
-    for kind in kinds:
-        if not any(k == kind for k, _ in pairs):
-            raise InputError(source, "algorithms", f"no listed algorithm does {kind}")
-
+    spec = _validated_spec(data, source)
+    builder = _builder_name(spec.topology, source)
+    axes = _grid_axes(spec.grid, builder, source)
+    kinds = _collective_kinds(spec.collectives, source)
+    algorithms = _algorithm_names(spec.algorithms, spec.options, source)
+    pairs = _pairs(kinds, algorithms, source)
     sizes = _sizes(spec.sizes, source, parse_size)
     model = spec.model
     _check_model(model, source)
@@ -282,6 +220,110 @@ def parse_spec(data: Any, source: str = "") -> Sweep:
             pid = point_id(builder, params, kind, algorithm, options, model, plan)
             points.append(Point(len(points), pid, builder, params, kind, algorithm, model, options, plan))
     return Sweep(spec.name, builder, tuple(names), tuple(points), tuple(sizes), model, source)
+
+
+def _validated_spec(data: Any, source: str) -> _SpecModel:
+    """The document checked against the spec's fields and types; the first problem (a misspelt key
+    before anything else) becomes an :class:`InputError`."""
+    if not isinstance(data, dict):
+        raise InputError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return _SpecModel.model_validate(data)
+    except ValidationError as error:
+        problems = error.errors()
+        # A misspelt key is the likeliest cause of a "missing" one: report it first.
+        first = next((e for e in problems if e["type"] == "extra_forbidden"), problems[0])
+        loc = ".".join(str(part) for part in first["loc"])
+        message = {"extra_forbidden": "unknown field (expected name, topology, grid, collectives, algorithms, "
+                                      "sizes, model, plan, options)",
+                   "missing": "missing required field"}.get(first["type"], first["msg"])
+        raise InputError(source, loc, message) from None
+
+
+def _builder_name(topology: str, source: str) -> str:
+    """The library builder ``topology`` names (``_`` and ``-`` are interchangeable)."""
+    from synth.library import LIBRARY
+
+    spellings = (topology, topology.replace("_", "-"), topology.replace("-", "_"))
+    builder = next((name for name in spellings if name in LIBRARY), None)
+    if builder is None:
+        raise InputError(source, "topology", f"unknown topology builder {topology!r}; expected one of "
+                         f"{', '.join(LIBRARY)}")
+    return builder
+
+
+def _grid_axes(grid: dict[str, Any], builder: str, source: str) -> dict[str, list[Any]]:
+    """Builder parameter -> its values, in the grid's order: parameters the builder takes, named once, none
+    clashing with a result column."""
+    from synth.library import LIBRARY
+
+    signature = inspect.signature(LIBRARY[builder].builder).parameters
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
+    axes: dict[str, list[Any]] = {}
+    for raw_key, raw_value in grid.items():
+        key = str(raw_key).strip().replace("-", "_")
+        where = f"grid.{raw_key}"
+        if key not in signature and not open_ended:
+            raise InputError(source, where, f"{builder} has no parameter {key!r}; it takes "
+                             f"{', '.join(signature) or 'none'}")
+        if key in RESERVED_COLUMNS:
+            raise InputError(source, where, f"{key!r} clashes with a result column; rename the parameter")
+        if key in axes:
+            raise InputError(source, where, f"parameter {key!r} is given twice")
+        axes[key] = _axis_values(raw_value, source, where)
+    return axes
+
+
+def _collective_kinds(collectives: list[str], source: str) -> list[str]:
+    """The collectives' canonical names, in order; at least one, no duplicates."""
+    from synth.collectives import parse_kind
+
+    kinds: list[str] = []
+    for index, text in enumerate(collectives):
+        kind = parse_kind(text, source, f"collectives.{index}").value
+        if kind in kinds:
+            raise InputError(source, f"collectives.{index}", f"duplicate collective {kind!r}")
+        kinds.append(kind)
+    if not kinds:
+        raise InputError(source, "collectives", "expected at least one collective")
+    return kinds
+
+
+def _algorithm_names(names: list[str] | None, options: dict[str, dict[str, Any]], source: str) -> list[str]:
+    """The listed algorithms (default: every registered one), each registered and listed once; the
+    ``options`` must name registered algorithms too."""
+    from synth.algorithms import REGISTRY
+
+    if names is None:
+        algorithms = list(REGISTRY)
+    else:
+        algorithms = []
+        for index, name in enumerate(names):
+            if name not in REGISTRY:
+                raise InputError(source, f"algorithms.{index}", f"unknown algorithm {name!r}; expected one of "
+                                 f"{', '.join(REGISTRY)}")
+            if name in algorithms:
+                raise InputError(source, f"algorithms.{index}", f"duplicate algorithm {name!r}")
+            algorithms.append(name)
+        if not algorithms:
+            raise InputError(source, "algorithms", "expected at least one algorithm (or leave the field out)")
+    for name in options:
+        if name not in REGISTRY:
+            raise InputError(source, f"options.{name}", f"unknown algorithm {name!r}")
+    return algorithms
+
+
+def _pairs(kinds: list[str], algorithms: list[str], source: str) -> list[tuple[str, str]]:
+    """(collective, algorithm) for every algorithm that supports the collective, collectives outermost;
+    every collective needs at least one."""
+    from synth.algorithms import REGISTRY
+
+    pairs = [(kind, name) for kind in kinds for name in algorithms
+             if kind in {k.value for k in REGISTRY[name].collectives}]
+    for kind in kinds:
+        if not any(k == kind for k, _ in pairs):
+            raise InputError(source, "algorithms", f"no listed algorithm does {kind}")
+    return pairs
 
 
 def _plan_fields(raw: dict[str, Any], source: str, parse_size: Callable[[Any, str], int]) -> dict[str, Any]:
@@ -879,15 +921,7 @@ def run_sweep(sweep: Sweep, output: str | Path, *, scheduler: str | None = None,
     >>> (first.ran, first.ok, again.ran, again.already_done)
     (2, 2, 0, 2)
     """
-    if scheduler and workers is not None:
-        raise InputError("--workers", "", "sets the size of the local cluster; an external scheduler "
-                         "(--scheduler) brings its own workers")
-    if workers is not None and not 1 <= workers <= MAX_WORKERS:
-        raise InputError("--workers", "", f"expected 1 to {MAX_WORKERS}, got {workers}")
-    for name, value in (("--flush-seconds", flush_seconds), ("--connect-timeout", connect_timeout)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 \
-                or value > 10**6:
-            raise InputError(name, "", f"expected a number of seconds from 0 to 1000000, got {value!r}")
+    _check_run_options(scheduler, workers, flush_seconds, connect_timeout)
     from synth.fileio import check_output_file
 
     output = check_output_file(output)
@@ -899,36 +933,9 @@ def run_sweep(sweep: Sweep, output: str | Path, *, scheduler: str | None = None,
         wanted = {point.point_id for point in sweep.points}
         rerun = {row["point_id"] for row in existing if retry_errors and row.get("status") == ERROR} & wanted
         kept = [row for row in existing if row["point_id"] not in rerun]
-        have: dict[str, set[int]] = {}
-        for row in kept:
-            have.setdefault(row["point_id"], set()).add(int(row["size"]))
-        tasks = []
-        for point in sweep.points:
-            missing = tuple(size for size in sweep.sizes if size not in have.get(point.point_id, set()))
-            if missing:
-                tasks.append((point, missing))
-
-        results: dict[tuple[str, int], dict[str, Any]] = {(row["point_id"], int(row["size"])): row for row in kept}
-        order = {point.point_id: point.index for point in sweep.points}
-        size_order = {size: index for index, size in enumerate(sweep.sizes)}
-        others = {pid: index for index, pid in enumerate(dict.fromkeys(r["point_id"] for r in kept if
-                                                                     r["point_id"] not in order))}
-
-        def sort_key(key: tuple[str, int]) -> tuple[int, int, int, int]:
-            pid, size = key
-            if pid in order:
-                return (0, order[pid], size_order.get(size, len(size_order)), size)
-            return (1, others[pid], 0, size)
-
-        flushes = 0
-        dirty = bool(rerun)  # a file is written once rows change: never an empty one for a run that did not start
-
-        def flush() -> None:
-            nonlocal flushes, dirty
-            write_results(output, [results[key] for key in sorted(results, key=sort_key)], sweep.parameters)
-            flushes += 1
-            dirty = False
-
+        tasks = _missing_tasks(sweep, kept)
+        # a file is written once rows change: never an empty one for a run that did not start
+        results = _Results(output, sweep, kept, dirty=bool(rerun))
         counts = Progress(total=len(tasks))
         ok = 0
         runner: _SerialRunner | _DaskRunner | None = None
@@ -943,34 +950,110 @@ def run_sweep(sweep: Sweep, output: str | Path, *, scheduler: str | None = None,
                 finished = runner.run(tasks)
             if on_start:
                 on_start(counts)
-            last_flush = time.monotonic()
-            since_flush = 0
-            for point, _sizes, rows in finished:
-                for row in rows:
-                    results[(point.point_id, int(row["size"]))] = row
-                dirty = True
-                status = rows[0]["status"] if rows else OK
-                counts.done += 1
-                counts.failed += status == ERROR
-                counts.not_applicable += status == NOT_APPLICABLE
-                ok += status == OK
-                since_flush += 1
-                if progress:
-                    progress(counts)
-                waited = time.monotonic() - last_flush
-                if (flush_points and since_flush >= flush_points) or (flush_seconds and waited >= flush_seconds):
-                    flush()
-                    since_flush = 0
-                    last_flush = time.monotonic()
+            ok = _collect(finished, results, counts, progress, flush_seconds, flush_points)
         finally:
             # Done or interrupted: write whatever finished since the last flush, then release the workers.
             with contextlib.suppress(Exception):
                 finished.close()  # type: ignore[attr-defined]
-            if dirty:
-                flush()
+            if results.dirty:
+                results.flush()
             if runner is not None:
                 runner.close()
         return SweepSummary(str(output), len(sweep.points), len(sweep.points) - len(tasks), counts.done, ok,
-                            counts.not_applicable, counts.failed, len(results), flushes,
+                            counts.not_applicable, counts.failed, len(results.rows), results.flushes,
                             time.perf_counter() - started, runner.name if runner else "none",
                             runner.workers if runner else 0)
+
+
+def _check_run_options(scheduler: str | None, workers: int | None, flush_seconds: float,
+                       connect_timeout: float) -> None:
+    """Refuse ``workers`` with an external scheduler, a worker count out of range, and durations that are
+    not a number of seconds from 0 to 10^6."""
+    if scheduler and workers is not None:
+        raise InputError("--workers", "", "sets the size of the local cluster; an external scheduler "
+                         "(--scheduler) brings its own workers")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise InputError("--workers", "", f"expected 1 to {MAX_WORKERS}, got {workers}")
+    for name, value in (("--flush-seconds", flush_seconds), ("--connect-timeout", connect_timeout)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 \
+                or value > 10**6:
+            raise InputError(name, "", f"expected a number of seconds from 0 to 1000000, got {value!r}")
+
+
+def _missing_tasks(sweep: Sweep, kept: list[Row]) -> list[Task]:
+    """Each point of the sweep with the sizes it has no row for in ``kept``, in grid order (points with
+    every size are left out)."""
+    have: dict[str, set[int]] = {}
+    for row in kept:
+        have.setdefault(row["point_id"], set()).add(int(row["size"]))
+    tasks = []
+    for point in sweep.points:
+        missing = tuple(size for size in sweep.sizes if size not in have.get(point.point_id, set()))
+        if missing:
+            tasks.append((point, missing))
+    return tasks
+
+
+class _Results:
+    """The rows of an output file by (point_id, size), and writing them in file order: the sweep's points
+    in grid order, each in size order, then rows of other specs in the order they were found.
+
+    ``dirty`` says rows changed since the last write; ``flushes`` counts the writes.
+    """
+
+    def __init__(self, output: Path, sweep: Sweep, kept: list[Row], dirty: bool) -> None:
+        self.output = output
+        self.parameters = sweep.parameters
+        self.rows: dict[tuple[str, int], Row] = {(row["point_id"], int(row["size"])): row for row in kept}
+        self.order = {point.point_id: point.index for point in sweep.points}
+        self.size_order = {size: index for index, size in enumerate(sweep.sizes)}
+        self.others = {pid: index for index, pid in enumerate(dict.fromkeys(r["point_id"] for r in kept if
+                                                                          r["point_id"] not in self.order))}
+        self.dirty = dirty
+        self.flushes = 0
+
+    def sort_key(self, key: tuple[str, int]) -> tuple[int, int, int, int]:
+        """Where the row of (point_id, size) goes in the file."""
+        pid, size = key
+        if pid in self.order:
+            return (0, self.order[pid], self.size_order.get(size, len(self.size_order)), size)
+        return (1, self.others[pid], 0, size)
+
+    def add(self, point: Point, rows: list[Row]) -> None:
+        """Record a finished point's rows (replacing older rows of the same sizes)."""
+        for row in rows:
+            self.rows[(point.point_id, int(row["size"]))] = row
+        self.dirty = True
+
+    def flush(self) -> None:
+        """Rewrite the output with every row, atomically."""
+        write_results(self.output, [self.rows[key] for key in sorted(self.rows, key=self.sort_key)],
+                      self.parameters)
+        self.flushes += 1
+        self.dirty = False
+
+
+def _collect(finished: Iterator[Finished], results: _Results, counts: Progress,
+             progress: Callable[[Progress], None] | None, flush_seconds: float, flush_points: int) -> int:
+    """Record each finished point's rows, count it, report progress, and flush when ``flush_points`` points
+    finished or ``flush_seconds`` passed since the last flush (0 disables a trigger). Returns the number of
+    points whose status is ok."""
+    ok = 0
+    last_flush = time.monotonic()
+    since_flush = 0
+    for point, _sizes, rows in finished:
+        results.add(point, rows)
+        status = rows[0]["status"] if rows else OK
+        counts.done += 1
+        counts.failed += status == ERROR
+        counts.not_applicable += status == NOT_APPLICABLE
+        ok += status == OK
+        since_flush += 1
+        if progress:
+            progress(counts)
+        waited = time.monotonic() - last_flush
+        if (flush_points and since_flush >= flush_points) or (flush_seconds and waited >= flush_seconds):
+            results.flush()
+            since_flush = 0
+            last_flush = time.monotonic()
+    return ok

@@ -219,23 +219,9 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
     n = topology.num_ranks
     graph = topology.graph
     edges = [(u, v) for u, v in graph.edges]
-    gpu_rank = topology.rank_of
     if not relays:
         _check_switch_reachability(topology)
-
-    # Variables per commodity s: links that do not enter s, and (without relays) do not leave another gpu
-    # unless that gpu forwards.
-    usable: list[list[int]] = []
-    for s in range(n):
-        source = topology.gpus[s]
-        chosen = []
-        for index, (u, v) in enumerate(edges):
-            if v == source:
-                continue
-            if not relays and u in gpu_rank and u != source and not topology.forwards(u):
-                continue
-            chosen.append(index)
-        usable.append(chosen)
+    usable = _usable_links(topology, edges, relays)
     num_variables = 1 + sum(len(c) for c in usable)
     num_constraints = len(edges) + n * graph.number_of_nodes()
     limits.check_milp(num_variables, num_constraints, f"the alltoall LP on {topology.name}",
@@ -246,6 +232,49 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
     if solver is None:  # pragma: no cover - GLOP ships with every OR-Tools build
         raise NotApplicable("OR-Tools GLOP is not available")
     solver.SetTimeLimit(int(seconds * 1000))
+    rate, flow = _concurrent_flow_lp(solver, topology, edges, usable)
+    solver.Maximize(rate)
+    _solve(solver, topology, "maximum concurrent flow")
+    best = rate.solution_value()
+    if best <= 0:
+        raise InfeasibleError(f"alltoall on {topology.name}: some pair of gpus has no route "
+                              f"({'with' if relays else 'without'} gpu relays)")
+    if cleanup:
+        _minimize_hop_bytes(solver, topology, rate, flow, best)
+
+    values = [{index: variable.solution_value() for index, variable in flow[s].items()} for s in range(n)]
+    link_flow = {edges[index]: sum(values[s].get(index, 0.0) for s in range(n)) for index in range(len(edges))}
+    paths: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]] = {}
+    for s in range(n):
+        paths.update(_decompose(topology, s, values[s], edges, best))
+    return AlltoallFlow(best, n * best, paths, link_flow, relays, num_variables, num_constraints,
+                        time.perf_counter() - started)
+
+
+def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool) -> list[list[int]]:
+    """Per commodity (source rank) s, the links its flow may use: those that do not enter s and (without
+    relays) do not leave another gpu unless that gpu forwards."""
+    usable: list[list[int]] = []
+    for s in range(topology.num_ranks):
+        source = topology.gpus[s]
+        chosen = []
+        for index, (u, v) in enumerate(edges):
+            if v == source:
+                continue
+            if not relays and u in topology.rank_of and u != source and not topology.forwards(u):
+                continue
+            chosen.append(index)
+        usable.append(chosen)
+    return usable
+
+
+def _concurrent_flow_lp(solver: Any, topology: Topology, edges: list[tuple[str, str]],
+                        usable: list[list[int]]) -> tuple[Any, list[dict[int, Any]]]:
+    """The maximum concurrent flow LP's variables and constraints: the rate λ, and per commodity s the
+    flow on each usable link; link capacities, and flow balance (the source emits (N-1)λ, every other gpu
+    absorbs λ, switches and relays conserve). Returns λ and the flow variables (commodity -> link -> var)."""
+    n = topology.num_ranks
+    graph = topology.graph
     rate = solver.NumVar(0.0, solver.infinity(), "lambda")
     flow: list[dict[int, Any]] = []
     for s in range(n):
@@ -273,33 +302,22 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
                     balance.SetCoefficient(flow[s][index], -1.0)
             if node == source:
                 balance.SetCoefficient(rate, float(n - 1))   # in - out + (N-1)λ = 0
-            elif node in gpu_rank:
+            elif node in topology.rank_of:
                 balance.SetCoefficient(rate, -1.0)           # in - out - λ = 0
-    solver.Maximize(rate)
-    _solve(solver, topology, "maximum concurrent flow")
-    best = rate.solution_value()
-    if best <= 0:
-        raise InfeasibleError(f"alltoall on {topology.name}: some pair of gpus has no route "
-                              f"({'with' if relays else 'without'} gpu relays)")
+    return rate, flow
 
-    if cleanup:
-        # Keep λ at its optimum (to solver precision) and take the fewest hop-bytes among optimal flows.
-        rate.SetLb(best * (1 - 1e-9))
-        objective = solver.Objective()
-        objective.Clear()
-        for s in range(n):
-            for variable in flow[s].values():
-                objective.SetCoefficient(variable, 1.0)
-        objective.SetMinimization()
-        _solve(solver, topology, "hop-byte cleanup")
 
-    values = [{index: variable.solution_value() for index, variable in flow[s].items()} for s in range(n)]
-    link_flow = {edges[index]: sum(values[s].get(index, 0.0) for s in range(n)) for index in range(len(edges))}
-    paths: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]] = {}
-    for s in range(n):
-        paths.update(_decompose(topology, s, values[s], edges, best))
-    return AlltoallFlow(best, n * best, paths, link_flow, relays, num_variables, num_constraints,
-                        time.perf_counter() - started)
+def _minimize_hop_bytes(solver: Any, topology: Topology, rate: Any, flow: list[dict[int, Any]],
+                        best: float) -> None:
+    """Re-solve keeping λ at its optimum (to solver precision) with the fewest hop-bytes among optimal flows."""
+    rate.SetLb(best * (1 - 1e-9))
+    objective = solver.Objective()
+    objective.Clear()
+    for commodity in flow:
+        for variable in commodity.values():
+            objective.SetCoefficient(variable, 1.0)
+    objective.SetMinimization()
+    _solve(solver, topology, "hop-byte cleanup")
 
 
 def _solve(solver: Any, topology: Topology, what: str) -> None:

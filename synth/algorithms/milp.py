@@ -110,7 +110,6 @@ from synth.algorithms.milp_instance import (
     Item,
     LogicalLink,
     Plan,
-    Send,
     best_greedy,
     build_instance,
     logical_links,
@@ -639,188 +638,20 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan:
                  label: str, time_limit_s: float, variables: int, constraints: int, allowed: list[set[int]] | None,
                  model_name: str, scorer: _Scorer) -> PhaseResult:
     """One CP-SAT solve of the time-indexed model (every link, or each item's ``allowed`` links), with
-    the greedy plan as hint; every solution found is kept, and the one that simulates fastest (the
-    greedy plan included) is the result. ``lower``: epochs below which no plan exists (the combinatorial
-    bound, or the greedy's makespan if lower); ``bound``: the combinatorial bound itself."""
-    from ortools.sat.python import cp_model
+    the greedy plan as hint (:mod:`synth.algorithms.milp_cpsat`); every solution found is kept, and the
+    one that simulates fastest (the greedy plan included) is the result. ``lower``: epochs below which
+    no plan exists (the combinatorial bound, or the greedy's makespan if lower); ``bound``: the
+    combinatorial bound itself."""
+    from synth.algorithms.milp_cpsat import SolverBudget, solve_time_indexed
 
-    model = cp_model.CpModel()
-    items = instance.items
-    links = instance.links
-    delay = instance.delay
-    n = instance.num_ranks
-    representative = instance.representative
-    link_image = instance.link_image
-    rank_image = instance.rank_image
+    def on_solution(makespan: int, best_bound: int, elapsed_s: float) -> None:
+        assert settings.report is not None
+        settings.report(Progress("solve", label, makespan, best_bound, elapsed_s, "makespan"))
 
-    send_vars: dict[tuple[int, int, int], Any] = {}
-    have_vars: dict[tuple[int, int, int], Any] = {}
-
-    def send_key(item: int, link: int, epoch: int) -> tuple[int, int, int]:
-        rep, power = representative[item]
-        return (rep, link_image[power][link], epoch)
-
-    def have_key(item: int, rank: int, epoch: int) -> tuple[int, int, int]:
-        rep, power = representative[item]
-        return (rep, rank_image[power][rank], epoch)
-
-    def send(item: int, link: int, epoch: int) -> Any:
-        key = send_key(item, link, epoch)
-        var = send_vars.get(key)
-        if var is None:
-            var = model.NewBoolVar(f"s{key}")
-            send_vars[key] = var
-        return var
-
-    def have(item: int, rank: int, epoch: int) -> Any:
-        key = have_key(item, rank, epoch)
-        var = have_vars.get(key)
-        if var is None:
-            var = model.NewBoolVar(f"h{key}")
-            have_vars[key] = var
-        return var
-
-    # which sends exist: (item, link) -> range of epochs
-    send_epochs: dict[tuple[int, int], range] = {}
-    for i, item in enumerate(items):
-        dist = instance.dist[item.source]
-        for link_index, link in enumerate(links):
-            if link.dst == item.source or (allowed is not None and link_index not in allowed[i]):
-                continue
-            if not instance.multicast and link.src in item.targets:
-                continue
-            last = horizon - delay[link_index]
-            if not instance.multicast:
-                last -= instance.dist[link.dst][item.targets[0]]
-            first = dist[link.src]
-            if last >= first:
-                send_epochs[(i, link_index)] = range(first, last + 1)
-    arrivals: dict[tuple[int, int], dict[int, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    load: list[dict[int, list[Any]]] = [defaultdict(list) for _ in instance.edges]
-    fanout: dict[tuple[int, int], dict[int, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for (i, link_index), epochs in send_epochs.items():
-        link = links[link_index]
-        for epoch in epochs:
-            var = send(i, link_index, epoch)
-            arrivals[(i, link.dst)][epoch + delay[link_index]].append(var)
-            for edge in link.hops:
-                load[edge][epoch].append(var)
-            if instance.serial_fanout:
-                for busy in range(epoch, epoch + delay[link_index]):
-                    fanout[(i, link.src)][busy].append(var)
-            if link.src != items[i].source:
-                model.AddImplication(var, have(i, link.src, epoch))
-
-    targets_of = [set(item.targets) for item in items]
-    secondary_terms: list[Any] = []
-    secondary_max = 0
-    for i, item in enumerate(items):
-        for v in range(n):
-            if v == item.source:
-                continue
-            incoming = arrivals.get((i, v), {})
-            first = instance.dist[item.source][v]
-            if not incoming:
-                if v in targets_of[i]:
-                    raise InfeasibleError(f"milp {label}: rank {v} cannot receive chunk {item.chunk} within "
-                                          f"{horizon} epochs")
-                continue
-            previous = None
-            for epoch in range(first, horizon + 1):
-                current = have(i, v, epoch)
-                terms = incoming.get(epoch, [])
-                if previous is None:
-                    model.Add(current == sum(terms))
-                else:
-                    model.Add(current == previous + sum(terms))
-                previous = current
-                if v in targets_of[i] and epoch < horizon:
-                    secondary_terms.append(current)
-                    secondary_max += 1
-            if v in targets_of[i]:
-                model.Add(previous == 1)
-    defined = {have_key(i, v, epoch) for i, item in enumerate(items) for v in range(n) if v != item.source
-               and arrivals.get((i, v)) for epoch in range(instance.dist[item.source][v], horizon + 1)}
-    for key, var in have_vars.items():
-        if key not in defined:  # no arrival can make it true (cannot happen with the pruning above; a guard)
-            model.Add(var == 0)
-    for edge, per_epoch in enumerate(load):
-        width, limit = instance.window[edge], instance.cap[edge]
-        if not per_epoch:
-            continue
-        epochs = sorted(per_epoch)
-        for start in range(epochs[0] - width + 1, epochs[-1] + 1):
-            terms = [var for e in range(start, start + width) for var in per_epoch.get(e, ())]
-            if len(terms) > limit:
-                model.Add(sum(terms) <= limit)
-    for per_epoch in fanout.values():
-        for terms in per_epoch.values():
-            if len(terms) > 1:
-                model.AddAtMostOne(terms)
-    done = {}
-    for epoch in range(lower, horizon):
-        done[epoch] = model.NewBoolVar(f"done{epoch}")
-        for i, item in enumerate(items):
-            for t in item.targets:
-                model.AddImplication(done[epoch], have(i, t, epoch))
-        if epoch > lower:
-            model.AddImplication(done[epoch - 1], done[epoch])
-    makespan_expr = (horizon - lower) - sum(done.values())          # epochs beyond the lower bound
-    secondary = secondary_max - sum(secondary_terms)                  # epochs items are still travelling
-    secondary_top = secondary_max
-    if not instance.multicast:
-        secondary += sum(send_vars.values())                          # fewer relay hops
-        secondary_top += len(send_vars)
-    weight = secondary_top + 1
-    # one lexicographic objective (fewest epochs, then earliest arrivals) in one solve, so that a larger
-    # budget only extends the same deterministic search
-    model.Minimize(makespan_expr * weight + secondary)
-    hinted = plan is not None and _hint(model, instance, plan, horizon, send_vars, have_vars, send_key, have_key, done)
-
-    solver = cp_model.CpSolver()
-    params = solver.parameters
-    params.max_time_in_seconds = settings.wall_seconds(time_limit_s)
-    params.max_deterministic_time = float(time_limit_s)
-    params.random_seed = settings.seed
-    params.num_workers = settings.workers
-    params.symmetry_level = 1  # the full symmetry search costs seconds of presolve on these models
-    if settings.workers > 1:
-        params.interleave_search = True
-    started = time.perf_counter()
-    found: list[Plan] = []
-
-    def read(value: Callable[[Any], bool]) -> list[Send]:
-        sends = [Send(i, link_index, epoch) for (i, link_index), epochs in send_epochs.items() for epoch in epochs
-                 if value(send(i, link_index, epoch))]
-        return sorted(sends, key=lambda s: (s.epoch, s.link, s.item))
-
-    class _Callback(cp_model.CpSolverSolutionCallback):
-        def on_solution_callback(self) -> None:
-            sends = read(self.BooleanValue)
-            makespan = lower + round(self.Value(makespan_expr))
-            found.append(Plan(sends, makespan, _arrival_sum(instance, sends), "cp-sat"))
-            if settings.report:
-                best_bound = lower + int(self.BestObjectiveBound() // weight + 1e-9)
-                settings.report(Progress("solve", label, makespan, best_bound, time.perf_counter() - started,
-                                         "makespan"))
-
-    status = solver.Solve(model, _Callback())
-    spent = solver.deterministic_time
-    name = solver.StatusName(status)
-    stopped_by = ""
-    if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and spent < params.max_deterministic_time * 0.999:
-        # the wall-clock safety cap fired first (a loaded machine): what the solver reached depends on
-        # timing, so keep only the deterministic greedy start and the (still valid) combinatorial bound
-        stopped_by = "wall-clock"
-        found = []
-    if status == cp_model.INFEASIBLE:
-        raise InfeasibleError(f"milp {label} on {instance.topology.name}: no schedule fits {horizon} epochs of "
-                              f"{instance.epoch_us:.4g} us under the sketch (proven by CP-SAT)")
-    model_bound = lower
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and not stopped_by:
-        model_bound = lower + int(solver.BestObjectiveBound() // weight + 1e-9)
-        if status == cp_model.OPTIMAL and found:
-            model_bound = found[-1].makespan
+    budget = SolverBudget(time_limit_s, settings.wall_seconds(time_limit_s), settings.seed, settings.workers)
+    outcome = solve_time_indexed(instance, horizon, lower, plan, allowed, label, budget,
+                                 on_solution if settings.report else None)
+    found, model_bound = outcome.found, outcome.model_bound
     # the model's bound holds for every schedule only when the model had every link
     global_bound = max(bound, model_bound) if allowed is None else bound
     candidates = ([plan] if plan is not None else []) + found
@@ -829,12 +660,12 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan:
                               f"found in {time_limit_s:g} s (not proven impossible; raise time_limit_s or epochs)")
     best = min(candidates, key=lambda p: (round(scorer.seconds(instance, p), 15), p.makespan))
     global_bound = min(global_bound, min(p.makespan for p in candidates))
-    result = PhaseResult(instance, best, min(global_bound, best.makespan), "", variables, constraints, stopped_by,
-                         model=model_name)
-    result.info.update({"hinted": hinted, "solver_status": name, "solutions": len(found),
-                        "model_bound_epochs": model_bound, "deterministic_s": round(spent, 3),
+    result = PhaseResult(instance, best, min(global_bound, best.makespan), "", variables, constraints,
+                         outcome.stopped_by, model=model_name)
+    result.info.update({"hinted": outcome.hinted, "solver_status": outcome.status, "solutions": len(found),
+                        "model_bound_epochs": model_bound, "deterministic_s": round(outcome.deterministic_s, 3),
                         "candidates": [(p.makespan, scorer.seconds(instance, p) * 1e6) for p in candidates]})
-    budget = f"{time_limit_s:g} s"
+    budget_text = f"{time_limit_s:g} s"
     if best.makespan <= global_bound:
         result.result, result.proved_by = "optimal", ("bound" if best.makespan <= bound else "cp-sat")
         origin = "the greedy plan" if best is plan else "CP-SAT's plan"
@@ -842,59 +673,25 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan:
                       f"CP-SAT proved that no schedule has fewer epochs than {origin}")
     elif best is not plan:
         result.result = "improved"
-        result.why = f"CP-SAT improved the greedy plan ({model_name}, {budget})"
+        result.why = f"CP-SAT improved the greedy plan ({model_name}, {budget_text})"
     else:
         result.result = "greedy"
-        if stopped_by:
-            result.why = f"CP-SAT stopped by the wall-clock cap before its {budget} budget (a loaded machine)"
+        if outcome.stopped_by:
+            result.why = f"CP-SAT stopped by the wall-clock cap before its {budget_text} budget (a loaded machine)"
         elif found:
+            assert plan is not None
             fastest = min(found, key=lambda p: (round(scorer.seconds(instance, p), 15), p.makespan))
             fewest = min(p.makespan for p in found)
             proven = " (optimal in the epoch model)" if fewest <= model_bound and allowed is None else ""
-            result.why = (f"CP-SAT's {len(found)} solutions in {budget}, down to {fewest} epochs{proven}, simulate no "
-                          f"faster than the greedy plan ({_time(scorer.seconds(instance, fastest) * 1e6)} against "
-                          f"{_time(scorer.seconds(instance, plan) * 1e6)})")
+            result.why = (f"CP-SAT's {len(found)} solutions in {budget_text}, down to {fewest} epochs{proven}, "
+                          f"simulate no faster than the greedy plan ({_time(scorer.seconds(instance, fastest) * 1e6)}"
+                          f" against {_time(scorer.seconds(instance, plan) * 1e6)})")
             if allowed is not None and model_bound >= plan.makespan:
                 result.why += "; the greedy plan is optimal for its routing"
         else:
-            result.why = f"CP-SAT found no solution other than the greedy plan in {budget}"
+            result.why = f"CP-SAT found no solution other than the greedy plan in {budget_text}"
     result.status = f"{result.result}: {result.why}"
     return result
-
-
-def _hint(model: Any, instance: Instance, plan: Plan, horizon: int, send_vars: dict[tuple[int, int, int], Any],
-          have_vars: dict[tuple[int, int, int], Any], send_key: Callable[..., tuple[int, int, int]],
-          have_key: Callable[..., tuple[int, int, int]], done: dict[int, Any]) -> bool:
-    """Give CP-SAT the plan as a complete hint (a plan that breaks the sketch's symmetry is not given)."""
-    if instance.rotation is not None and not instance.plan_is_symmetric(plan):
-        return False
-    chosen = {send_key(s.item, s.link, s.epoch) for s in plan.sends}
-    for key, var in send_vars.items():
-        model.AddHint(var, key in chosen)
-    arrival = _arrivals(instance, plan.sends)
-    held = {}
-    for (item, rank), epoch in arrival.items():
-        held[have_key(item, rank, 0)[:2]] = epoch
-    for key, var in have_vars.items():
-        got = held.get(key[:2])
-        model.AddHint(var, got is not None and got <= key[2])
-    for epoch, var in done.items():
-        model.AddHint(var, epoch >= plan.makespan)
-    return True
-
-
-def _arrivals(instance: Instance, sends: list[Send]) -> dict[tuple[int, int], int]:
-    result: dict[tuple[int, int], int] = {}
-    for s in sends:
-        key = (s.item, instance.links[s.link].dst)
-        arrival = s.epoch + instance.delay[s.link]
-        result[key] = min(result.get(key, arrival), arrival)
-    return result
-
-
-def _arrival_sum(instance: Instance, sends: list[Send]) -> int:
-    arrival = _arrivals(instance, sends)
-    return sum(arrival.get((i, t), 0) for i, item in enumerate(instance.items) for t in item.targets)
 
 
 # ----------------------------------------------------------------------------------- to schedules
