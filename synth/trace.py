@@ -236,124 +236,182 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     {'COMM_RECV_NODE': 96, 'COMM_SEND_NODE': 96, 'COMP_NODE': 48}
     """
     transfers = schedule.transfers
-    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
-        raise InputError("", "slices", f"expected a whole number of slices >= 1, got {slices!r}")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise InputError("", "window", f"expected a whole number of slices in flight >= 1, got {window!r}")
-    messages = len(transfers) * slices
-    if tag_base < 0 or tag_base + messages > MAX_TAG:
-        raise LimitError(f"tags {tag_base}..{tag_base + messages - 1} exceed ASTRA-sim's tag limit of "
-                         f"{MAX_TAG} ({len(transfers)} transfers x {slices} slices); use fewer chunks or slices, "
-                         "or a smaller tag base")
+    _check_slicing(len(transfers), tag_base, slices, window)
     default_us, comp_by_transfer, recv_after = et_params(schedule)
     if comp_duration_us is not None:
         if comp_duration_us < 0:
             raise InputError("", "--comp-duration-us", f"expected a duration >= 0, got {comp_duration_us}")
         default_us, comp_by_transfer = comp_duration_us, {}
     message = chunk_bytes(schedule, size)
-    sizes = slice_sizes(message, slices)
-    sliced = slices > 1
     n = schedule.collective.num_ranks
-    nodes: list[list[EtNode]] = [[] for _ in range(n)]
-    send_node: list[list[EtNode] | None] = []
-    recv_node: list[list[EtNode] | None] = []
-    done_node: list[list[EtNode] | None] = []
-    nodeless = {t.id for t in transfers if t.src == t.dst and t.op != REDUCE and t.id not in comp_by_transfer}
-
+    builder = _RankTraces(transfers, n, slice_sizes(message, slices), tag_base, extras, default_us, comp_by_transfer)
     for t in transfers:
-        if t.id in nodeless:  # a local copy: no node (see the module docstring)
-            send_node.append(None)
-            recv_node.append(None)
-            done_node.append(None)
-            continue
+        builder.add_transfer(t)
+    dropped = builder.link_dependencies(recv_after, window)
+    for rank_nodes in builder.nodes:
+        if not rank_nodes:
+            rank_nodes.append(EtNode(0, "idle", NodeType.COMP_NODE, duration_us=0))
+    metadata = _et_metadata(schedule, size, message, tag_base, slices, window, extras, builder.nodeless)
+    return EtProgram(n, builder.nodes, metadata, dropped, {t.id: t.path for t in transfers})
+
+
+def _check_slicing(transfers: int, tag_base: int, slices: int, window: int | None) -> None:
+    """Refuse a slice count or window that is not a whole number >= 1, or tags past ASTRA-sim's limit."""
+    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+        raise InputError("", "slices", f"expected a whole number of slices >= 1, got {slices!r}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise InputError("", "window", f"expected a whole number of slices in flight >= 1, got {window!r}")
+    messages = transfers * slices
+    if tag_base < 0 or tag_base + messages > MAX_TAG:
+        raise LimitError(f"tags {tag_base}..{tag_base + messages - 1} exceed ASTRA-sim's tag limit of "
+                         f"{MAX_TAG} ({transfers} transfers x {slices} slices); use fewer chunks or slices, "
+                         "or a smaller tag base")
+
+
+class _RankTraces:
+    """The per-rank node lists :func:`schedule_to_et` builds, and every transfer's nodes slice by slice.
+
+    ``send_node[t][j]`` is slice ``j``'s send of transfer ``t``, ``recv_node[t][j]`` its recv and
+    ``done_node[t][j]`` the node after which it is done on its destination (its COMP, or its recv); a
+    local reduction's one COMP node is all three, and a node-less local copy has None.
+    """
+
+    def __init__(self, transfers: tuple[Transfer, ...], num_ranks: int, sizes: list[int], tag_base: int,
+                 extras: bool, default_us: int, comp_by_transfer: dict[int, int]) -> None:
+        self.transfers = transfers
+        self.sizes = sizes
+        self.slices = len(sizes)
+        self.sliced = self.slices > 1
+        self.tag_base = tag_base
+        self.extras = extras
+        self.default_us = default_us
+        self.comp_by_transfer = comp_by_transfer
+        self.nodes: list[list[EtNode]] = [[] for _ in range(num_ranks)]
+        self.send_node: list[list[EtNode] | None] = []
+        self.recv_node: list[list[EtNode] | None] = []
+        self.done_node: list[list[EtNode] | None] = []
+        self.nodeless = {t.id for t in transfers
+                         if t.src == t.dst and t.op != REDUCE and t.id not in comp_by_transfer}
+
+    def add_transfer(self, t: Transfer) -> None:
+        """Append transfer ``t``'s nodes (every slice) to its ranks; transfers come in id order."""
+        if t.id in self.nodeless:  # a local copy: no node (see the module docstring)
+            self.send_node.append(None)
+            self.recv_node.append(None)
+            self.done_node.append(None)
+            return
         sends, recvs, dones = [], [], []
-        for j, nbytes in enumerate(sizes):
-            tag = tag_base + t.id * slices + j
-            suffix = f"_s{j}" if sliced else ""
-            info: dict[str, Any] = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if extras else {}
-            if extras and sliced:
+        for j, nbytes in enumerate(self.sizes):
+            info: dict[str, Any] = {"chunk": t.chunk, "transfer": t.id, "op": t.op} if self.extras else {}
+            if self.extras and self.sliced:
                 info["slice"] = j
             if t.src == t.dst:  # a local reduction: one COMP node, no message
-                local = EtNode(len(nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE,
-                               duration_us=comp_by_transfer.get(t.id, default_us), transfer=t.id, slice=j,
-                               extras={**info, "deps": list(t.deps), "local": True, **_scratch(t)} if extras else {})
-                nodes[t.src].append(local)
-                sends.append(local)
-                recvs.append(local)
-                dones.append(local)
-                continue
-            send = EtNode(len(nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}{suffix}", NodeType.COMM_SEND_NODE,
-                          peer=t.dst, size=nbytes, tag=tag, transfer=t.id, slice=j,
-                          extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if extras else {})
-            nodes[t.src].append(send)
-            recv = EtNode(len(nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}{suffix}", NodeType.COMM_RECV_NODE,
-                          peer=t.src, size=nbytes, tag=tag, transfer=t.id, slice=j, extras=dict(info))
-            nodes[t.dst].append(recv)
-            done = recv
-            if t.op == REDUCE or t.id in comp_by_transfer:
-                duration = comp_by_transfer.get(t.id, default_us)
-                comp_extras: dict[str, Any] = {"transfer": t.id} if extras else {}
-                if extras and sliced:
-                    comp_extras["slice"] = j
-                done = EtNode(len(nodes[t.dst]), f"reduce_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE, (recv.id,),
-                              duration_us=duration, transfer=t.id, slice=j, extras=comp_extras)
-                nodes[t.dst].append(done)
+                send = recv = done = self._local_reduction(t, j, info)
+            else:
+                send, recv, done = self._message(t, j, nbytes, info)
             sends.append(send)
             recvs.append(recv)
             dones.append(done)
-        send_node.append(sends)
-        recv_node.append(recvs)
-        done_node.append(dones)
+        self.send_node.append(sends)
+        self.recv_node.append(recvs)
+        self.done_node.append(dones)
 
-    def on_rank(dep: int, rank: int) -> list[EtNode] | None:
-        d = transfers[dep]
+    def _suffix(self, j: int) -> str:
+        return f"_s{j}" if self.sliced else ""
+
+    def _local_reduction(self, t: Transfer, j: int, info: dict[str, Any]) -> EtNode:
+        """Slice ``j`` of a local reduction: one COMP node on its rank."""
+        local = EtNode(len(self.nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}{self._suffix(j)}", NodeType.COMP_NODE,
+                       duration_us=self.comp_by_transfer.get(t.id, self.default_us), transfer=t.id, slice=j,
+                       extras={**info, "deps": list(t.deps), "local": True, **_scratch(t)} if self.extras else {})
+        self.nodes[t.src].append(local)
+        return local
+
+    def _message(self, t: Transfer, j: int, nbytes: int, info: dict[str, Any]) -> tuple[EtNode, EtNode, EtNode]:
+        """Slice ``j`` of a transfer between two ranks: its send, its recv and the node that finishes it
+        (a COMP after the recv for a reduction or a listed COMP duration, else the recv)."""
+        tag = self.tag_base + t.id * self.slices + j
+        suffix = self._suffix(j)
+        send = EtNode(len(self.nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}{suffix}", NodeType.COMM_SEND_NODE,
+                      peer=t.dst, size=nbytes, tag=tag, transfer=t.id, slice=j,
+                      extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if self.extras else {})
+        self.nodes[t.src].append(send)
+        recv = EtNode(len(self.nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}{suffix}", NodeType.COMM_RECV_NODE,
+                      peer=t.src, size=nbytes, tag=tag, transfer=t.id, slice=j, extras=dict(info))
+        self.nodes[t.dst].append(recv)
+        done = recv
+        if t.op == REDUCE or t.id in self.comp_by_transfer:
+            duration = self.comp_by_transfer.get(t.id, self.default_us)
+            comp_extras: dict[str, Any] = {"transfer": t.id} if self.extras else {}
+            if self.extras and self.sliced:
+                comp_extras["slice"] = j
+            done = EtNode(len(self.nodes[t.dst]), f"reduce_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE, (recv.id,),
+                          duration_us=duration, transfer=t.id, slice=j, extras=comp_extras)
+            self.nodes[t.dst].append(done)
+        return send, recv, done
+
+    def on_rank(self, dep: int, rank: int) -> list[EtNode] | None:
+        """Transfer ``dep``'s nodes (per slice) on ``rank``: its done nodes where it ends there, its sends
+        where it starts there, else None."""
+        d = self.transfers[dep]
         if d.dst == rank:
-            return done_node[dep]
+            return self.done_node[dep]
         if d.src == rank:
-            return send_node[dep]
+            return self.send_node[dep]
         return None
 
-    dropped = 0
-    effective = _bypass(transfers, nodeless)
-    near = _Near(effective)
-    for t in effective:
-        if t.id in nodeless:
-            continue
-        send_deps: set[int] = set()  # transfer ids whose node on t.src precedes t's send (slice by slice)
-        recv_deps: set[int] = set()
-        for dep in t.deps:
-            if on_rank(dep, t.src) is not None:
-                send_deps.add(dep)
-            elif on_rank(dep, t.dst) is not None:
-                recv_deps.add(dep)
-            else:
-                found = near.deps_of(dep, t.src)
-                if found:
-                    send_deps.update(found)
+    def link_dependencies(self, recv_after: dict[int, list[int]], window: int | None) -> int:
+        """Set every node's deps from the schedule's (see the module docstring); returns how many
+        dependencies could not be expressed and were dropped."""
+        dropped = 0
+        effective = _bypass(self.transfers, self.nodeless)
+        near = _Near(effective)
+        for t in effective:
+            if t.id in self.nodeless:
+                continue
+            send_deps: set[int] = set()  # transfer ids whose node on t.src precedes t's send (slice by slice)
+            recv_deps: set[int] = set()
+            for dep in t.deps:
+                if self.on_rank(dep, t.src) is not None:
+                    send_deps.add(dep)
+                elif self.on_rank(dep, t.dst) is not None:
+                    recv_deps.add(dep)
                 else:
-                    dropped += 1
-        recv_deps |= {dep for dep in recv_after.get(t.id, ()) if on_rank(dep, t.dst) is not None}
-        if t.src == t.dst:  # a local reduction waits for everything on its rank
-            send_deps |= recv_deps
-        for j in range(slices):
-            ids = {on_rank(dep, t.src)[j].id for dep in send_deps}  # type: ignore[index]
-            if window is not None and j >= window and t.src != t.dst:
-                ids.add(send_node[t.id][j - window].id)  # type: ignore[index]
-            send_node[t.id][j].deps = tuple(sorted(ids))  # type: ignore[index]
-            if t.src != t.dst:
-                waits = {on_rank(dep, t.dst)[j].id for dep in recv_deps}  # type: ignore[index]
-                recv_node[t.id][j].deps = tuple(sorted(waits))  # type: ignore[index]
+                    found = near.deps_of(dep, t.src)
+                    if found:
+                        send_deps.update(found)
+                    else:
+                        dropped += 1
+            recv_deps |= {dep for dep in recv_after.get(t.id, ()) if self.on_rank(dep, t.dst) is not None}
+            if t.src == t.dst:  # a local reduction waits for everything on its rank
+                send_deps |= recv_deps
+            self._set_slice_deps(t, send_deps, recv_deps, window)
+        return dropped
 
-    for rank in range(n):
-        if not nodes[rank]:
-            nodes[rank].append(EtNode(0, "idle", NodeType.COMP_NODE, duration_us=0))
+    def _set_slice_deps(self, t: Transfer, send_deps: set[int], recv_deps: set[int], window: int | None) -> None:
+        """Slice ``j`` of ``t``'s send waits for slice ``j`` of ``send_deps`` on its rank (and for the send
+        ``window`` slices back), its recv for slice ``j`` of ``recv_deps``."""
+        for j in range(self.slices):
+            ids = {self.on_rank(dep, t.src)[j].id for dep in send_deps}  # type: ignore[index]
+            if window is not None and j >= window and t.src != t.dst:
+                ids.add(self.send_node[t.id][j - window].id)  # type: ignore[index]
+            self.send_node[t.id][j].deps = tuple(sorted(ids))  # type: ignore[index]
+            if t.src != t.dst:
+                waits = {self.on_rank(dep, t.dst)[j].id for dep in recv_deps}  # type: ignore[index]
+                self.recv_node[t.id][j].deps = tuple(sorted(waits))  # type: ignore[index]
+
+
+def _et_metadata(schedule: Schedule, size: int, message: int, tag_base: int, slices: int, window: int | None,
+                 extras: bool, nodeless: set[int]) -> dict[str, Any]:
+    """The metadata :func:`schedule_to_et` writes into every file (see :class:`EtProgram`)."""
     coll = schedule.collective
+    transfers = schedule.transfers
     metadata: dict[str, Any] = {
         "producer": "synth", "format": FORMAT, "collective": coll.kind.value, "chunks": coll.chunks,
-        "num_ranks": n, "size": size, "message_bytes": message, "algorithm": schedule.algorithm,
+        "num_ranks": coll.num_ranks, "size": size, "message_bytes": message, "algorithm": schedule.algorithm,
         "topology": schedule.topology, "transfers": len(transfers), "tag_base": tag_base,
     }
-    if sliced:
+    if slices > 1:
         metadata["slices"] = slices
     if window is not None:
         metadata["window"] = window
@@ -366,7 +424,7 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
             metadata["local_copies"] = json.dumps([
                 {"transfer": t.id, "rank": t.src, "chunk": t.chunk, "deps": list(t.deps), **_scratch(t)}
                 for t in transfers if t.id in nodeless])
-    return EtProgram(n, nodes, metadata, dropped, {t.id: t.path for t in transfers})
+    return metadata
 
 
 def _bypass(transfers: tuple[Transfer, ...], nodeless: set[int]) -> tuple[Transfer, ...]:
