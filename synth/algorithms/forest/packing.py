@@ -270,7 +270,11 @@ class _SymmetricPacker(_Packer):
         completable state is completable), and its first arc that broke it is retried with the exact
         test, which may give it to fewer copies (splitting the class) or defer it. (Only the state after
         a batch matters: if the rest can be completed from there, it is a valid partial packing however it
-        was reached.) So a tree costs a few tests per doubling and per failure, not one per arc."""
+        was reached.) So a tree costs a few tests per doubling and per failure, not one per arc.
+
+        Longer than the house limit on purpose: the batch loop and its four nested steps (``push_from``,
+        ``add``, ``retry_deferred``, ``resize``, each a few lines) share the growing tree's heap and
+        bookkeeping; split apart they would pass all of it back and forth on every arc."""
         inside, depth = self._membership(tree)
         heap: list[tuple[int, int, int, int]] = []
         deferred: list[tuple[int, int, int, int]] = []
