@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
 
 from synth.errors import InputError
 
@@ -109,12 +109,17 @@ def _latency_value(value: Any) -> float:
     return _finite_number(value, "microseconds", 0.0, MAX_LATENCY, strict_lower=False)
 
 
+#: Field types that check a bandwidth (GB/s per direction) and a latency (microseconds).
+_Bandwidth = Annotated[Any, AfterValidator(_bandwidth_value)]
+_Latency = Annotated[Any, AfterValidator(_latency_value)]
+
+
 class _LinkModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     src: str
     dst: str
-    bandwidth: Any
-    latency: Any = 0.0
+    bandwidth: _Bandwidth
+    latency: _Latency = 0.0
     bidirectional: StrictBool = True
 
     @field_validator("src", "dst", mode="before")
@@ -124,23 +129,13 @@ class _LinkModel(BaseModel):
             raise ValueError(f"expected a node id string, got {value!r}")
         return value
 
-    @field_validator("bandwidth")
-    @classmethod
-    def _bandwidth(cls, value: Any) -> float:
-        return _bandwidth_value(value)
-
-    @field_validator("latency")
-    @classmethod
-    def _latency(cls, value: Any) -> float:
-        return _latency_value(value)
-
 
 class _DimensionModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["Ring", "FullyConnected", "Switch"]
     size: int
-    bandwidth: Any
-    latency: Any = 0.0
+    bandwidth: _Bandwidth
+    latency: _Latency = 0.0
 
     @field_validator("size")
     @classmethod
@@ -148,16 +143,6 @@ class _DimensionModel(BaseModel):
         if value < 2:
             raise ValueError("a dimension needs at least 2 npus")
         return value
-
-    @field_validator("bandwidth")
-    @classmethod
-    def _bandwidth(cls, value: Any) -> float:
-        return _bandwidth_value(value)
-
-    @field_validator("latency")
-    @classmethod
-    def _latency(cls, value: Any) -> float:
-        return _latency_value(value)
 
 
 class _TopologyModel(BaseModel):
