@@ -415,7 +415,7 @@ def test_msccl_reverse_chain_of_threadblocks_runs_in_linear_steps(tmp_path):
     text = (f'<algo name="chain" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allgather" inplace="0">'
             f'<gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">{gpu0}</gpu>'
             f'<gpu id="1" i_chunks="1" o_chunks="2" s_chunks="0">{gpu1}</gpu></algo>')
-    import synth.export.msccl as msccl
+    import synth.export.msccl.importer as msccl
 
     calls = []
     original = msccl.parse_xml

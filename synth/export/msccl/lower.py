@@ -1,0 +1,158 @@
+"""Lowering a schedule to an MSCCL program that meets every runtime limit: the search over channel layouts.
+
+Channels are tried from 1 upwards (a transfer's channel is its chunk, or its pair of ranks, modulo the
+channel count) until every runtime limit holds; among the fitting layouts the first one that adds no
+false wait wins, else the one with the fewest.
+"""
+
+from __future__ import annotations
+
+from synth.errors import InputError, LimitError
+from synth.export.msccl.locations import Lowering, lower_locations
+from synth.export.msccl.program import (
+    COLL_NAME,
+    DEFAULT_MAX_BYTES,
+    PROTOCOLS,
+    MscclLimits,
+    MscclProgram,
+    Threadblock,
+)
+from synth.export.msccl.threadblocks import LimitViolation, build
+from synth.schedule import Schedule
+
+#: Up to this many transfers, channel layouts are searched for one that adds no false waits.
+SEARCH_TRANSFERS = 5_000
+
+
+def _channels(schedule: Schedule, channels: int, policy: str) -> list[int]:
+    return [(t.chunk if policy == "chunk" else t.src + t.dst) % channels for t in schedule.transfers]
+
+
+def _split_ok(schedule: Schedule, lowering: Lowering, chan: list[int]) -> bool:
+    """True when no connection carries two messages of one dependency level, so sends may run a half
+    step ahead of recvs (which lets a ring fuse its recv with the next send) without a FIFO filling up."""
+    seen: set[tuple[int, int, int, int]] = set()
+    for t in schedule.transfers:
+        if t.src == t.dst:
+            continue
+        key = (t.src, t.dst, chan[t.id], lowering.level[t.id])
+        if key in seen:
+            return False
+        seen.add(key)
+    return True
+
+
+def _ancestors(schedule: Schedule, lowering: Lowering) -> list[int]:
+    """Bitmask of every transfer's transitive dependencies (for schedules of moderate size)."""
+    ancestors = [0] * len(schedule.transfers)
+    for tid in lowering.order:
+        mask = 0
+        for dep in schedule.transfers[tid].deps:
+            mask |= ancestors[dep] | (1 << dep)
+        ancestors[tid] = mask
+    return ancestors
+
+
+def _options(schedule: Schedule, proto: str | None, limits: MscclLimits | None, max_channels: int | None,
+             min_bytes: int, max_bytes: int) -> tuple[str, MscclLimits]:
+    """The protocol and limits to lower with, after checking every option."""
+    limits = limits or MscclLimits()
+    if max_channels is not None:
+        limits = MscclLimits(max_channels, limits.max_tbs_per_channel, limits.sms, limits.max_steps, limits.max_cnt)
+    limits.check()
+    if proto is None:
+        pinned_protocol = (schedule.params.get("plan") or {}).get("protocol") \
+            if isinstance(schedule.params.get("plan"), dict) else None
+        proto = pinned_protocol if pinned_protocol in PROTOCOLS else "Simple"
+    if proto not in PROTOCOLS:
+        raise InputError("", "--proto", f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}")
+    if min_bytes < 0 or max_bytes <= min_bytes:
+        raise InputError("", "--max-bytes", f"expected 0 <= minBytes < maxBytes, got {min_bytes} and {max_bytes}")
+    if not schedule.transfers:
+        raise InputError("", "transfers", "the schedule has no transfers")
+    return proto, limits
+
+
+def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) -> list[list[Threadblock]]:
+    """The first fitting layout that makes no step wait for a transfer it does not depend on; failing
+    that, the fitting layout with the fewest such waits (fewest channels first)."""
+    ancestors = _ancestors(schedule, lowering) if len(schedule.transfers) <= SEARCH_TRANSFERS else None
+    distinct = len({t.chunk for t in schedule.transfers})
+    top = min(limits.max_channels, max(distinct, 2 * schedule.collective.num_ranks))
+    counts = [k for k in sorted({1, 2, 4, 8, 16, 32, distinct, limits.max_channels}) if k <= top]
+    if ancestors is None:
+        counts = list(range(1, limits.max_channels + 1))
+    first: LimitViolation | None = None
+    best: tuple[int, int, list[list[Threadblock]]] | None = None
+    attempt = 0
+    for channels in counts:
+        fitted = False
+        for policy, pair_rest in (("chunk", False), ("pair", False), ("chunk", True), ("pair", True)):
+            if (channels == 1 and policy == "pair") or (pair_rest and fitted):
+                continue  # the same layout as "chunk"; pairing unrelated peers only when nothing else fits
+            chan = _channels(schedule, channels, policy)
+            try:
+                tbs, waits = build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), limits, pair_rest,
+                                   ancestors)
+            except LimitViolation as violation:  # report the attempt that came closest
+                if first is None or violation.value / violation.allowed < first.value / first.allowed:
+                    first = violation
+                continue
+            fitted = True
+            attempt += 1
+            if best is None or waits < best[0]:
+                best = (waits, attempt, tbs)
+            if waits == 0 or ancestors is None:
+                break
+        if best is not None and (best[0] == 0 or ancestors is None):
+            break
+    if best is None:
+        assert first is not None
+        raise LimitError(_limit_message(schedule, first, limits))
+    return best[2]
+
+
+def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimits | None = None,
+                max_channels: int | None = None, min_bytes: int = 0, max_bytes: int = DEFAULT_MAX_BYTES,
+                name: str | None = None) -> MscclProgram:
+    """Lower a verified schedule to an :class:`MscclProgram` that meets every runtime limit.
+
+    ``proto`` is the protocol the XML names (the runtime runs the whole program with it); default the
+    protocol the schedule pins in ``params["plan"]`` when it pins an MSCCL one, else ``Simple``.
+
+    Raises :class:`~synth.errors.LimitError` naming the limit, the excess and the fix when no channel
+    count up to ``max_channels`` fits.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> program = lower_msccl(synthesize(load_topology("switch:n=4"), "allreduce", "ring"))
+    >>> program.stats()["threadblocks"], sorted({s.type for g in program.tbs for tb in g for s in tb.steps})
+    (16, ['r', 'rcs', 'rrcs', 'rrs', 's'])
+    """
+    proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
+    lowering = lower_locations(schedule)
+    tbs = _best_layout(schedule, lowering, limits)
+    used = 1 + max(tb.chan for gpu in tbs for tb in gpu)
+    label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
+    return MscclProgram(label, COLL_NAME[schedule.kind], proto, schedule.collective.num_ranks,
+                        lowering.nchunksperloop, used, lowering.buffers, tbs, min_bytes, max_bytes)
+
+
+def _limit_message(schedule: Schedule, violation: LimitViolation, limits: MscclLimits) -> str:
+    fixes = []
+    if violation.limit == "steps per threadblock":
+        fixes.append(f"use fewer chunks (the schedule has {schedule.chunks}; e.g. synth generate --chunks "
+                     f"{max(1, schedule.chunks // 2)})")
+        if limits.max_channels < 32:
+            fixes.append("allow more channels (--max-channels, up to 32)")
+        fixes.append(f"raise --max-steps if your MSCCL build allows more than {limits.max_steps - 1} steps")
+    else:
+        fixes.append("use fewer channels or a schedule with fewer peers per gpu")
+        if violation.limit == "threadblocks per gpu":
+            fixes.append(f"pass --sms for a gpu with more than {limits.sms} SMs")
+    if schedule.algorithm.startswith("forest") or "tree" in schedule.algorithm:
+        fixes.insert(0, "pack fewer trees (the forest algorithm's --option max_trees_per_root=K with a smaller K)")
+    return (f"the schedule does not fit the MSCCL runtime: {violation} (tried 1 to {limits.max_channels} channels). "
+            f"Fix: " + "; or ".join(fixes))

@@ -1,0 +1,131 @@
+"""Reading MSCCL XML safely (``defusedxml``: no DTDs or entities) into per-gpu buffers and threadblocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synth.errors import InputError
+
+#: Largest accepted XML file, in bytes.
+MAX_XML_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class XmlStep:
+    """One ``<step>`` as read."""
+
+    s: int
+    type: str
+    srcbuf: str
+    srcoff: int
+    dstbuf: str
+    dstoff: int
+    cnt: int
+    depid: int
+    deps: int
+
+
+@dataclass
+class XmlThreadblock:
+    """One ``<tb>`` as read, its steps in step order."""
+
+    id: int
+    send: int
+    recv: int
+    chan: int
+    steps: list[XmlStep]
+
+
+def parse_xml(text: str, source: str = "") -> tuple[dict[str, str], list[dict[str, int]], list[list[XmlThreadblock]]]:
+    """Parse MSCCL XML safely into (algo attributes, per-gpu buffer counts, per-gpu threadblocks)."""
+    import defusedxml
+    from defusedxml.ElementTree import ParseError, fromstring
+
+    try:
+        root = fromstring(text, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    except defusedxml.DefusedXmlException as error:
+        raise InputError(source, "", f"refused: the XML declares a DTD or entities ({type(error).__name__}); "
+                         "MSCCL files need neither") from None
+    except ParseError as error:
+        raise InputError(source, "", f"invalid XML: {error}") from None
+    if root.tag != "algo":
+        raise InputError(source, "", f"expected an <algo> root element, got <{root.tag}>")
+    algo = dict(root.attrib)
+
+    def number(element: Any, name: str, where: str, default: int | None = None) -> int:
+        value = element.get(name)
+        if value is None:
+            if default is not None:
+                return default
+            raise InputError(source, f"{where}.{name}", "missing attribute")
+        if len(value) > 20:  # checked before converting: 2^63 has 19 digits
+            raise InputError(source, f"{where}.{name}", f"expected an integer, got a text of {len(value)} characters")
+        try:
+            return int(value)
+        except ValueError:
+            raise InputError(source, f"{where}.{name}", f"expected an integer, got {value!r}") from None
+
+    ngpus = number(root, "ngpus", "algo")
+    if not 2 <= ngpus <= 100_000:
+        raise InputError(source, "algo.ngpus", f"expected at least 2 gpus, got {ngpus}")
+    buffers: list[dict[str, int] | None] = [None] * ngpus
+    tbs: list[list[XmlThreadblock]] = [[] for _ in range(ngpus)]
+    for gpu_element in root:
+        if gpu_element.tag != "gpu":
+            raise InputError(source, "algo", f"unexpected element <{gpu_element.tag}> (expected <gpu>)")
+        gpu = number(gpu_element, "id", "gpu")
+        where = f"gpu {gpu}"
+        if not 0 <= gpu < ngpus or buffers[gpu] is not None:
+            raise InputError(source, f"{where}.id", f"expected a new gpu id in 0..{ngpus - 1}")
+        buffers[gpu] = {b: number(gpu_element, f"{b}_chunks", where, 0) for b in "ios"}
+        if any(v < 0 for v in buffers[gpu].values()):  # type: ignore[union-attr]
+            raise InputError(source, where, "chunk counts must be >= 0")
+        seen_tbs: set[int] = set()
+        for tb_element in gpu_element:
+            if tb_element.tag != "tb":
+                raise InputError(source, where, f"unexpected element <{tb_element.tag}> (expected <tb>)")
+            tb_id = number(tb_element, "id", f"{where} tb")
+            tb_where = f"{where} tb {tb_id}"
+            if tb_id in seen_tbs:
+                raise InputError(source, f"{tb_where}.id", "duplicate threadblock id")
+            seen_tbs.add(tb_id)
+            send, recv = number(tb_element, "send", tb_where, -1), number(tb_element, "recv", tb_where, -1)
+            for label, peer in (("send", send), ("recv", recv)):
+                if peer != -1 and (not 0 <= peer < ngpus or peer == gpu):
+                    raise InputError(source, f"{tb_where}.{label}", f"expected -1 or another gpu in 0..{ngpus - 1}, "
+                                     f"got {peer}")
+            steps = []
+            for step_element in tb_element:
+                if step_element.tag != "step":
+                    raise InputError(source, tb_where, f"unexpected element <{step_element.tag}> (expected <step>)")
+                s = number(step_element, "s", f"{tb_where} step")
+                step_where = f"{tb_where} step {s}"
+                steps.append(XmlStep(
+                    s, step_element.get("type", ""), step_element.get("srcbuf", "i"),
+                    number(step_element, "srcoff", step_where, -1), step_element.get("dstbuf", "i"),
+                    number(step_element, "dstoff", step_where, -1), number(step_element, "cnt", step_where, 1),
+                    number(step_element, "depid", step_where, -1), number(step_element, "deps", step_where, -1)))
+            steps.sort(key=lambda st: st.s)
+            if [st.s for st in steps] != list(range(len(steps))):
+                raise InputError(source, tb_where, "step numbers must be 0, 1, 2, ... without gaps or repeats")
+            tbs[gpu].append(XmlThreadblock(tb_id, send, recv, number(tb_element, "chan", tb_where, 0), steps))
+        tbs[gpu].sort(key=lambda tb: tb.id)
+    missing = [g for g, b in enumerate(buffers) if b is None]
+    if missing:
+        raise InputError(source, "algo", f"no <gpu> element for gpu(s) {missing[:8]}")
+    return algo, buffers, tbs  # type: ignore[return-value]
+
+
+def read_text(path: str | Path, source: str) -> str:
+    """The text of an XML file: at most :data:`MAX_XML_BYTES` bytes of UTF-8."""
+    file = Path(path)
+    try:
+        if file.stat().st_size > MAX_XML_BYTES:
+            raise InputError(source, "", f"file is larger than {MAX_XML_BYTES} bytes")
+        return file.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise InputError(source, "", f"cannot read file: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(source, "", f"not valid UTF-8 at byte {error.start}") from None
