@@ -155,8 +155,8 @@ def astra_system(topology: Topology) -> tuple[AstraSystem | None, str]:
     if topology.dimensions:
         dims = []
         for d in topology.dimensions:
-            kind = "FullyConnected" if d.kind == "Ring" and d.size == 2 else d.kind
-            dims.append(AstraDim(kind, d.size, gbps_to_astra(d.bandwidth), us_to_ns(d.latency)))
+            dim_kind = "FullyConnected" if d.kind == "Ring" and d.size == 2 else d.kind
+            dims.append(AstraDim(dim_kind, d.size, gbps_to_astra(d.bandwidth), us_to_ns(d.latency)))
         return AstraSystem(tuple(dims)), ""
     shape = _recognize(topology)
     if shape is None:

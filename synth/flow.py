@@ -298,6 +298,8 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
     rate_updates = 0
     tolerance = _TOLERANCE * slice_bytes
 
+    last_arrival = 0.0
+
     def depmin(rows: np.ndarray) -> np.ndarray:
         values, owner = _gather(dep_ptr, dep_flat, rows)
         result = np.full(len(rows), slices, dtype=np.int64)
@@ -363,7 +365,6 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
             pending_arrived = quick
             pending_finished = quick
 
-    last_arrival = 0.0
     settle(np.empty(0, dtype=np.int64), np.flatnonzero(dep_counts == 0))
     with np.errstate(divide="ignore", invalid="ignore"):
         while done < total:

@@ -195,3 +195,25 @@ def test_architecture_doc_matches_contract() -> None:
     assert sorted(set(listed) - set(modules)) == [], "docs/architecture.md lists modules that do not exist"
     wrong = {name: (where, layer_of(name)) for name, where in listed.items() if where != layer_of(name)}
     assert not wrong, f"docs/architecture.md puts modules under other layers than the contract: {wrong}"
+
+
+#: Functions may be this long (body lines, docstring excluded) unless their docstring says why they are longer.
+LONGEST_FUNCTION = 80
+LONG_REASON = "Longer than the house limit"
+
+
+def test_long_functions_say_why():
+    """No function body over ~80 lines without a reason in its docstring (the marker :data:`LONG_REASON`)."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "proto" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            docstring = ast.get_docstring(node) or ""
+            body = node.body[1:] if docstring and len(node.body) > 1 else node.body
+            lines = (node.end_lineno or node.lineno) - body[0].lineno + 1
+            if lines > LONGEST_FUNCTION and LONG_REASON not in docstring.replace("\n", " "):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not offenders, "functions over the house limit without a reason in their docstring:\n" + "\n".join(offenders)

@@ -586,9 +586,11 @@ def _round_paths(flow: AlltoallFlow, topology: Topology, per_pair: int
             load[hop] += 1
         missing[pair] -= 1
     for pair, count in missing.items():  # floating-point slack: give any remainder to the best path
+        def after_one_more(index: int, pair: tuple[int, int] = pair) -> tuple[float, int]:
+            return max((load[h] + 1) / bandwidth[h] for h in hops[(pair, index)]), index
+
         for _ in range(count):
-            chosen = min(range(len(flow.paths[pair])),
-                         key=lambda i, p=pair: (max((load[h] + 1) / bandwidth[h] for h in hops[(p, i)]), i))
+            chosen = min(range(len(flow.paths[pair])), key=after_one_more)
             assignment[pair][chosen] += 1
             for hop in hops[(pair, chosen)]:
                 load[hop] += 1

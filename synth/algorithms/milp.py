@@ -100,7 +100,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -209,7 +209,7 @@ class _Planned:
     dst: int
     chunk: int
     path: tuple[str, ...]
-    op: str
+    op: Literal["copy", "reduce"]
     start: int
     end: int
     deps: list[int] = field(default_factory=list)

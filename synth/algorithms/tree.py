@@ -318,4 +318,4 @@ def _resolve_mapping(topology: Topology, mapping: Sequence[int] | str, edges: li
     if isinstance(mapping, str) or not isinstance(mapping, Sequence) or sorted(
             v for v in mapping if isinstance(v, int) and not isinstance(v, bool)) != list(range(n)):
         raise InputError("", "mapping", f"expected 'auto', 'identity' or a permutation of 0..{n - 1}, got {mapping!r}")
-    return list(mapping)
+    return [int(rank) for rank in mapping]
