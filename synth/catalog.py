@@ -37,8 +37,8 @@ from synth.units import format_size
 
 #: Message size the catalog ranks schedules at.
 CATALOG_SIZE = 2**30
-#: Largest schedule JSON the catalog keeps, in bytes.
-MAX_JSON_BYTES = 1_000_000
+#: Largest schedule JSON the catalog keeps, in bytes (the 64-chip TPU v4 forests are 1.2 and 2.0 MB).
+MAX_JSON_BYTES = 2_500_000
 #: Largest MSCCL XML the catalog keeps, in bytes (XML is the bulkier form; the JSON is always there).
 MAX_XML_BYTES = 100_000
 INDEX = "index.json"
