@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 import inspect
 import json
 import math
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from synth.errors import InputError
+from synth.graphs import smallest_first_order
 from synth.topology import MAX_NODES, Dimension, Topology
 
 #: Folder of the shipped topology files (next to the package in a source checkout).
@@ -346,20 +346,7 @@ def _link_order(topology: Topology) -> list[tuple[str, str, bool]]:
                 for first, second in zip(chain, chain[1:], strict=False):
                     if first != second:
                         after[first].add(second)
-        waiting = [0] * len(units)
-        for followers in after:
-            for follower in followers:
-                waiting[follower] += 1
-        ready = [i for i, count in enumerate(waiting) if count == 0]
-        heapq.heapify(ready)
-        order: list[int] = []
-        while ready:
-            index = heapq.heappop(ready)
-            order.append(index)
-            for follower in after[index]:
-                waiting[follower] -= 1
-                if waiting[follower] == 0:
-                    heapq.heappush(ready, follower)
+        order = smallest_first_order(range(len(units)), after)
         if len(order) == len(units):
             return [units[i] for i in order]
     raise AssertionError("directed links always have a build order")  # pragma: no cover

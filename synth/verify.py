@@ -32,11 +32,11 @@ The search is bounded by the ``max_verify_steps`` limit (:mod:`synth.limits`).
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 from synth.collectives import Collective
 from synth.errors import VerificationError
+from synth.graphs import smallest_first_order
 from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
 
@@ -165,23 +165,13 @@ def _topological_order(schedule: Schedule) -> tuple[list[int], list[int]]:
     if in_order:
         identity = list(range(count))
         return identity, identity
-    indegree = [len(set(t.deps)) for t in transfers]
     children: list[list[int]] = [[] for _ in range(count)]
     for t in transfers:
         for dep in set(t.deps):
             children[dep].append(t.id)
-    heap = [i for i in range(count) if indegree[i] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    while heap:
-        node = heapq.heappop(heap)
-        order.append(node)
-        for child in children[node]:
-            indegree[child] -= 1
-            if indegree[child] == 0:
-                heapq.heappush(heap, child)
+    order = smallest_first_order(range(count), children)
     if len(order) != count:
-        stuck = min(i for i in range(count) if indegree[i] > 0)
+        stuck = min(set(range(count)).difference(order))
         raise VerificationError(f"transfer {stuck}: its deps form a cycle", stuck)
     topo_index = [0] * count
     for position, node in enumerate(order):

@@ -28,7 +28,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 #: Layer -> modules; a package name covers its submodules unless a longer name is listed elsewhere.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "topology": ("synth.errors", "synth.limits", "synth.units", "synth.fileio", "synth.collectives",
+    "topology": ("synth.errors", "synth.limits", "synth.units", "synth.graphs", "synth.fileio", "synth.collectives",
                  "synth.topology", "synth.library", "synth.routing", "synth.bounds", "synth.sketch",
                  "synth.proto"),
     "schedule": ("synth.schedule", "synth.rank_deps"),

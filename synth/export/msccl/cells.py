@@ -3,12 +3,12 @@ location, the dependencies as data hazards on them, and the order of the resulti
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_right
 
 from synth.errors import InputError
 from synth.export.msccl.execute import Cell, LogEntry, Record
 from synth.export.msccl.program import Location
+from synth.graphs import smallest_first_order
 from synth.schedule import COPY, REDUCE
 
 
@@ -226,21 +226,11 @@ def renumber(records: list[Record], log: list[LogEntry], source: str) -> list[in
         record = records[rid]
         if any(d in stands_for for d in record.deps):
             record.deps = set().union(*(stands_for.get(d, {d}) for d in record.deps))
-    waiting = {rid: len(records[rid].deps) for rid in live}
-    children: dict[int, list[int]] = {}
+    children: dict[int, list[int]] = {rid: [] for rid in live}
     for rid in live:
         for d in records[rid].deps:
             children.setdefault(d, []).append(rid)
-    ready = [(records[rid].position, rid) for rid in live if not waiting[rid]]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, rid = heapq.heappop(ready)
-        order.append(rid)
-        for child in children.get(rid, ()):
-            waiting[child] -= 1
-            if not waiting[child]:
-                heapq.heappush(ready, (records[child].position, child))
+    order = smallest_first_order(live, children, key=lambda rid: records[rid].position)
     if len(order) != len(live):
         raise InputError(source, "", "the program's steps wait for each other in a cycle in synth's model (a "
                          "send is taken to complete when its data arrives)")
