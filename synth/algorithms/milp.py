@@ -114,6 +114,7 @@ from synth.algorithms.milp_instance import (
     build_instance,
     logical_links,
     rotation_of,
+    send_window,
 )
 from synth.algorithms.utils import make_collective
 from synth.collectives import Collective, Kind
@@ -618,15 +619,8 @@ def _model_size(instance: Instance, horizon: int, allowed: list[set[int]] | None
         if instance.representative[index][0] != index:
             continue  # under symmetry a rotated item shares its representative's variables
         dist = instance.dist[item.source]
-        for link_index, link in enumerate(instance.links):
-            if link.dst == item.source or (allowed is not None and link_index not in allowed[index]):
-                continue
-            if not instance.multicast and link.src in item.targets:
-                continue
-            last = horizon - instance.delay[link_index]
-            if not instance.multicast:
-                last -= instance.dist[link.dst][item.targets[0]]
-            sends += max(0, last - dist[link.src] + 1)
+        sends += sum(len(send_window(instance, index, link_index, horizon, allowed))
+                     for link_index in range(len(instance.links)))
         haves += sum(max(0, horizon - dist[v] + 1) for v in range(instance.num_ranks) if v != item.source)
     orbit = len(instance.item_image)
     constraints = orbit * (2 * haves + sends) + len(instance.edges) * horizon + horizon

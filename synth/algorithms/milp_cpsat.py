@@ -36,7 +36,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from synth.algorithms.milp_instance import Instance, Plan, Send
+from synth.algorithms.milp_instance import Instance, Plan, Send, send_window
 from synth.errors import InfeasibleError
 
 #: A variable's key: (representative item, link or rank as seen from it, epoch).
@@ -117,41 +117,29 @@ class TimeIndexedModel:
 
     def send(self, item: int, link: int, epoch: int) -> Any:
         """The boolean ``send[item, link, epoch]``, made on first use."""
-        key = self.send_key(item, link, epoch)
-        var = self.send_vars.get(key)
-        if var is None:
-            var = self.model.new_bool_var(f"s{key}")
-            self.send_vars[key] = var
-        return var
+        return self._variable(self.send_vars, "s", self.send_key(item, link, epoch))
 
     def have(self, item: int, rank: int, epoch: int) -> Any:
         """The boolean ``have[item, rank, epoch]``, made on first use."""
-        key = self.have_key(item, rank, epoch)
-        var = self.have_vars.get(key)
+        return self._variable(self.have_vars, "h", self.have_key(item, rank, epoch))
+
+    def _variable(self, made: dict[Key, Any], prefix: str, key: Key) -> Any:
+        """The boolean under ``key`` in ``made``, created (named ``prefix`` + key) on first use."""
+        var = made.get(key)
         if var is None:
-            var = self.model.new_bool_var(f"h{key}")
-            self.have_vars[key] = var
+            var = made[key] = self.model.new_bool_var(f"{prefix}{key}")
         return var
 
     # ----------------------------------------------------------------------------- constraints
     def _send_epochs(self, allowed: list[set[int]] | None) -> dict[tuple[int, int], range]:
         """(item, link) -> the epochs a send can start in: not before the item can reach the link's source,
         and (unicast) early enough to still reach the target within the horizon."""
-        instance = self.instance
         send_epochs: dict[tuple[int, int], range] = {}
-        for i, item in enumerate(instance.items):
-            dist = instance.dist[item.source]
-            for link_index, link in enumerate(instance.links):
-                if link.dst == item.source or (allowed is not None and link_index not in allowed[i]):
-                    continue
-                if not instance.multicast and link.src in item.targets:
-                    continue
-                last = self.horizon - instance.delay[link_index]
-                if not instance.multicast:
-                    last -= instance.dist[link.dst][item.targets[0]]
-                first = dist[link.src]
-                if last >= first:
-                    send_epochs[(i, link_index)] = range(first, last + 1)
+        for i in range(len(self.instance.items)):
+            for link_index in range(len(self.instance.links)):
+                window = send_window(self.instance, i, link_index, self.horizon, allowed)
+                if window:
+                    send_epochs[(i, link_index)] = window
         return send_epochs
 
     def _add_sends(self) -> tuple[dict[tuple[int, int], dict[int, list[Any]]], list[dict[int, list[Any]]],

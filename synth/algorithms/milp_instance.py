@@ -238,6 +238,23 @@ class Instance:
 
 
 # ----------------------------------------------------------------------------------------- links
+def send_window(instance: Instance, index: int, link_index: int, horizon: int,
+                allowed: list[set[int]] | None = None) -> range:
+    """The epochs in which item ``index`` may start a send on logical link ``link_index`` (empty when none):
+    not before the item can reach the link's source and, unicast, early enough to still reach its target
+    within ``horizon``. The model builder and the up-front size estimate both use it, so they agree.
+    (``allowed``: the links each item may use, None for all.)"""
+    item, link = instance.items[index], instance.links[link_index]
+    if link.dst == item.source or (allowed is not None and link_index not in allowed[index]):
+        return range(0)
+    if not instance.multicast and link.src in item.targets:
+        return range(0)
+    last = horizon - instance.delay[link_index]
+    if not instance.multicast:
+        last -= instance.dist[link.dst][item.targets[0]]
+    return range(instance.dist[item.source][link.src], last + 1)
+
+
 def logical_links(topology: Topology, sketch: Sketch) -> list[LogicalLink]:
     """The logical links the sketch allows, in (src, dst) rank order.
 
