@@ -469,3 +469,31 @@ def test_cli_prints_the_routing_loss_and_json_carries_it(tmp_path, capsys, monke
     done = run_cli(["export", "msccl", "f.json", "-o", "g.xml", "--json"], capsys, monkeypatch)
     routing = json.loads(done.out)["routing"]
     assert routing["loss"] == pytest.approx(1 / 12) and routing["rerouted_transfers"] > 0
+
+
+def test_export_of_a_schedule_pinning_its_slices_names_the_buffer_and_predicts_with_them(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """XML has no slice size: the CLI says which NCCL_BUFFSIZE streams the pinned slices, and its predicted
+    time is the one every other command gives the schedule."""
+    import dataclasses
+
+    from helpers import run_cli
+
+    from synth.evaluate import evaluate
+
+    topology = load_topology("switch:n=8")
+    schedule = synthesize(topology, "allgather", "ring")
+    pinned = dataclasses.replace(schedule, params={**schedule.params, "plan": {"slice_bytes": 65536}})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text(pinned.to_json())
+    done = run_cli(["export", "msccl", "s.json", "-o", "x.xml", "--size", "1GiB", "--json"], capsys, monkeypatch)
+    assert done.code == 0, done.err
+    report = json.loads(done.out)
+    assert report["nccl_buffsize"] == 8 * 65536
+    assert report["predicted"]["time_s"] == evaluate(pinned, topology, 2**30).time_s \
+        != evaluate(schedule, topology, 2**30).time_s  # the pinned slices, not the rule's
+    done = run_cli(["export", "msccl", "s.json", "-o", "y.xml", "--size", "1GiB"], capsys, monkeypatch)
+    assert "NCCL_BUFFSIZE=524288" in done.out
+    plain = tmp_path / "plain.json"
+    plain.write_text(schedule.to_json())
+    assert "NCCL_BUFFSIZE" not in run_cli(["export", "msccl", "plain.json", "-o", "z.xml"], capsys, monkeypatch).out

@@ -131,7 +131,8 @@ def test_size_aware_forest_picks_the_fastest_tree_count():
         k = choice["chosen_trees_per_root"]
         assert schedule.params["variant"] == f"k={k}" and 1 <= k <= choice["optimal_trees_per_root"]
         realised = evaluate(schedule, topology, size).time_s
-        assert realised == schedule.params["modelled_time_s"] == min(choice["time_s"].values())
+        assert realised == schedule.params["modelled_time_s"] == min(
+            seconds for seconds in choice["time_s"].values() if seconds is not None)
         optimum = evaluate(synthesize(topology, Kind.ALLGATHER, "forest"), topology, size).time_s
         assert realised <= optimum
     # compare names the variant it measured
@@ -151,8 +152,10 @@ def test_size_aware_forest_reaches_95_percent_of_the_bound_at_1gib(spec, kind):
     assert bound.time(size) / schedule.params["modelled_time_s"] >= 0.95
 
 
-def test_size_aware_forest_is_within_1_percent_of_every_algorithm_at_1gib():
-    topology = load_topology("fully-connected")
+@pytest.mark.parametrize("spec", ["fully-connected", "dgx1"])
+def test_size_aware_forest_is_within_1_percent_of_every_algorithm_at_1gib(spec):
+    """On DGX-1 NCCL's rings are at the bound too; forest keeps up with them by its finer slices."""
+    topology = load_topology(spec)
     kinds = [Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE]
     rows, _, _ = run_all(topology, kinds, [2**30], include_slow=False, keep_going=True)
     for kind in kinds:

@@ -27,6 +27,7 @@ from synth.cli.common import (
     write_schedule,
 )
 from synth.errors import InputError
+from synth.plan import DEFAULT_WINDOW, pinned
 from synth.units import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -151,20 +152,29 @@ def export_msccl_command(
     stats = program.stats()
     routing = program.routing
     predicted = None
+    # XML carries no slice size: a runtime streams the slices a schedule pins when its buffers are sized so
+    slicing = {key: value for key, value in pinned(schedule.params).items() if key in ("slice_bytes", "window")}
     if routing is not None and routing.schedule is not None:
-        from synth.evaluate import evaluate
+        from synth.evaluate import PlanOptions, evaluate
 
-        predicted = evaluate(routing.schedule, topo, report_size)
+        predicted = evaluate(routing.schedule, topo, report_size, options=PlanOptions(**slicing))
     if as_json:
         extra = {} if routing is None else {"routing": routing.to_dict(report_size)}
         if predicted is not None:
             extra["predicted"] = predicted.to_dict()
+        if "slice_bytes" in slicing:
+            extra["nccl_buffsize"] = slicing["slice_bytes"] * slicing.get("window", DEFAULT_WINDOW)
         print_json({"output": output, **stats, **extra})
         return
     console.print(f"wrote {shown(output)}: {shown(schedule.algorithm)} {schedule.kind} for MSCCL ({shown(program.coll)}, {shown(program.proto)}), "
                   f"{stats['channels']} channel(s), {stats['threadblocks']} threadblocks (at most "
                   f"{stats['max_tbs_per_gpu']} per gpu), {stats['steps']} steps (at most {stats['max_steps_per_tb']} "
                   "per threadblock)")
+    if "slice_bytes" in slicing:
+        window = slicing.get("window", DEFAULT_WINDOW)
+        console.print(f"plan: the schedule streams {format_size(slicing['slice_bytes'])} slices, {window} in flight: run "
+                      f"it with NCCL_BUFFSIZE={slicing['slice_bytes'] * window} (the runtime's buffer is {window} "
+                      "slices); the predicted time assumes it")
     if routing is None:
         return
     planned = fmt_time(float(routing.planned * report_size))

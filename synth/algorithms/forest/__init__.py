@@ -40,8 +40,12 @@ size : int or str, optional
     schedule at ``size`` with the flow model (:func:`synth.evaluate.evaluate`, protocol and slices by
     the plan rule) and returns the fastest (ties to fewer trees). Fewer trees give up some of the
     bandwidth optimum but stream each tree at a larger share of its links, so fill and drain cost less.
-    The schedule's ``params`` record ``variant`` (``k=3``), ``size``, ``size_choice`` (each k's
-    time, the optimum's and the chosen one) and the realised ``modelled_time_s``.
+    Each k is also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where its chunks are larger: finer
+    slices fill a deep forest's pipeline sooner; the chosen schedule then pins that slice size in
+    ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
+    NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
+    ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, None where a variant was
+    cut off as slower; the optimum's k, the chosen k and slice size) and the realised ``modelled_time_s``.
 """
 
 from __future__ import annotations
@@ -259,30 +263,53 @@ def _with_params(schedule: Schedule, extra: dict[str, Any]) -> Schedule:
     return dataclasses.replace(schedule, params={**schedule.params, **extra})
 
 
+#: The finer slice forest's size choice also tries (bytes): small enough that a deep forest's pipeline fills
+#: fast, and NCCL-sized (8 such steps are a 512 KiB NCCL_BUFFSIZE).
+FINE_SLICE_BYTES = 64 * 1024
+
+
 def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
                    pipelined: bool, symmetric: bool | None) -> Schedule:
-    """The fastest of forest's tree counts at ``size`` under the flow model (ties to fewer trees)."""
+    """The fastest of forest's tree counts and slice sizes at ``size`` under the flow model.
+
+    Every tree count is evaluated with the plan rule's slices, then (when its chunks are larger) with
+    :data:`FINE_SLICE_BYTES` slices, which the chosen schedule then pins in ``params["plan"]``. Ties go to
+    fewer trees, then to the rule's slices.
+    """
     from synth.evaluate import evaluate
 
     optimal = _forest(topology, kind, chunks, root, None, pipelined, symmetric)
     trees = _trees(optimal)
-    times: dict[int, float] = {}
-    best: tuple[float, int, Schedule] | None = None
+    times: dict[str, float | None] = {}
+    variants: list[tuple[int, Schedule]] = []
+    best: tuple[float, int, int | None, Schedule] | None = None
     for limit in tree_counts(trees):
         schedule = optimal if limit == trees else _forest(topology, kind, None, root, limit, pipelined, symmetric)
         k = _trees(schedule)  # a limit can reach its best rate with fewer trees: the same schedule again
-        if k in times:
+        if str(k) in times:
             continue
         seconds = evaluate(schedule, topology, size).time_s
-        times[k] = seconds
+        times[str(k)] = seconds
+        variants.append((k, schedule))
         if best is None or seconds < best[0]:
-            best = (seconds, k, schedule)
+            best = (seconds, k, None, schedule)
     assert best is not None
-    seconds, k, schedule = best
-    return _with_params(schedule, {
+    for k, schedule in sorted(variants, key=lambda variant: times[str(variant[0])] or 0.0):
+        if size / schedule.chunks <= FINE_SLICE_BYTES:
+            continue  # the rule's slices are no larger already
+        seconds = evaluate(schedule, topology, size, slice_bytes=FINE_SLICE_BYTES, cutoff=best[0]).time_s
+        # a cut-off simulation only shows that this variant loses: recorded as None
+        times[f"{k}/{FINE_SLICE_BYTES}"] = seconds if math.isfinite(seconds) else None
+        if seconds < best[0]:
+            best = (seconds, k, FINE_SLICE_BYTES, schedule)
+    seconds, k, slice_bytes, schedule = best
+    extra: dict[str, Any] = {
         "size": size, "variant": f"k={k}", "modelled_time_s": seconds,
         "size_choice": {"model": "flow", "optimal_trees_per_root": trees, "chosen_trees_per_root": k,
-                        "time_s": {str(count): value for count, value in times.items()}}})
+                        "chosen_slice_bytes": slice_bytes, "time_s": times}}
+    if slice_bytes is not None:
+        extra["plan"] = {**schedule.params.get("plan", {}), "slice_bytes": slice_bytes}
+    return _with_params(schedule, extra)
 
 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
