@@ -25,9 +25,10 @@ of one class all move at the same rate, so they finish in the order they joined:
 counter and a queue of the groups of slices that joined together, with the counter value at which
 each group is done.
 
-Like any greedy schedule under fair sharing, the model has small anomalies: cutting chunks into more
-slices (within the window) almost always helps, but reordering between slices of different transfers
-on a shared link can cost a little (up to 2.5% in the tests' cases).
+Latency is never paid per slice, so cutting chunks into more slices (within the window) costs no
+latency. Like any greedy schedule under fair sharing, though, the model has small anomalies: reordering
+between slices of different transfers on a shared link can cost a little (up to 1.5% in the tests'
+cases, DGX-1's tree allreduce, which shows it with every latency zero too).
 
 Examples
 --------

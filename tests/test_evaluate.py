@@ -247,16 +247,33 @@ def test_without_latency_a_sliced_forest_approaches_its_congestion_bound(spec, k
 @pytest.mark.parametrize("spec,kind,algorithm,slack", [
     ("switch:n=6", "broadcast", "binomial", 0.0), ("switch:n=8", "alltoall", "direct", 0.0),
     ("dgx-a100:boxes=2", "allgather", "forest", 0.0), ("ring:n=6", "allreduce", "ring", 0.005),
-    # consecutive steps share a link while both stream, and fair sharing between their slices reorders
-    # them: like any greedy schedule, small anomalies (measured up to 2.4% between 4 and 5 slices)
-    ("dgx-a100:boxes=2", "allreduce", "hierarchical", 0.03), ("dgx1", "allreduce", "tree", 0.02)])
+    ("dgx-a100:boxes=2", "allreduce", "hierarchical", 0.0), ("dgx1", "allreduce", "tree", 0.015)])
 def test_with_latency_more_slices_inside_the_window_never_cost_time(spec, kind, algorithm, slack):
+    """Latency is paid once per transfer, not once per slice, so slicing finer never costs latency.
+
+    The one slack left is fair sharing's, not latency's: when consecutive steps share a link while both
+    stream, max-min sharing between their slices reorders them, and like any greedy schedule that can
+    cost a little (DGX-1 tree allreduce: +1.4% between 5 and 6 slices at 1 MiB). The test below shows the
+    same kind of step with every latency zero.
+    """
     topology = load_topology(spec)
     schedule = verified(synthesize(topology, kind, algorithm), topology)
     for size in (2**20, 2**28):
         times = [evaluate(schedule, topology, size, protocol="Simple", slices=p).time_s for p in range(1, 9)]
         assert all(later <= earlier * (1 + slack + REL) for earlier, later in zip(times, times[1:], strict=False)), times
         assert times[-1] <= times[0]
+
+
+def test_slicing_anomalies_come_from_fair_sharing_not_latency():
+    """With every latency zero (nothing is paid per transfer, let alone per slice), DGX-1's tree allreduce
+    is still slower with 2 slices than with 1: reordering under max-min sharing, the anomaly greedy list
+    schedules have (Graham 1969), which no fair-sharing model avoids in general."""
+    topology = load_topology("dgx1")
+    flat = Topology.from_dict({**topology.to_dict(), "links": [
+        {**link, "latency": 0.0} for link in topology.to_dict()["links"]]}, "zero-latency")
+    schedule = verified(synthesize(flat, "allreduce", "tree"), flat)
+    one, two = (evaluate(schedule, flat, 2**28, protocol="ideal", slices=p).time_s for p in (1, 2))
+    assert 1.0 < two / one < 1.02, (one, two)
 
 
 # ---------------------------------------------------------------------------------- congestion bound
