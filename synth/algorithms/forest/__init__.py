@@ -40,7 +40,7 @@ size : int or str, optional
     schedule at ``size`` with the flow model (:func:`synth.evaluate.evaluate`, protocol and slices by
     the plan rule) and returns the fastest (ties to fewer trees). Fewer trees give up some of the
     bandwidth optimum but stream each tree at a larger share of its links, so fill and drain cost less.
-    Each k is also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where its chunks are larger: finer
+    The two fastest k are also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where their chunks are larger: finer
     slices fill a deep forest's pipeline sooner; the chosen schedule then pins that slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
     NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
@@ -58,7 +58,7 @@ from typing import Any
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
 from synth.algorithms.utils import make_collective
 from synth.collectives import Kind
-from synth.errors import InputError, NotApplicable
+from synth.errors import InputError, LimitError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule, Transfer
 from synth.topology import Topology
 
@@ -266,15 +266,19 @@ def _with_params(schedule: Schedule, extra: dict[str, Any]) -> Schedule:
 #: The finer slice forest's size choice also tries (bytes): small enough that a deep forest's pipeline fills
 #: fast, and NCCL-sized (8 such steps are a 512 KiB NCCL_BUFFSIZE).
 FINE_SLICE_BYTES = 64 * 1024
+#: How many tree counts (the fastest with the rule's slices) forest's size choice also tries with
+#: :data:`FINE_SLICE_BYTES` slices: each such simulation costs about ``slice ratio`` times the rule's.
+FINE_SLICE_CANDIDATES = 2
 
 
 def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
                    pipelined: bool, symmetric: bool | None) -> Schedule:
     """The fastest of forest's tree counts and slice sizes at ``size`` under the flow model.
 
-    Every tree count is evaluated with the plan rule's slices, then (when its chunks are larger) with
-    :data:`FINE_SLICE_BYTES` slices, which the chosen schedule then pins in ``params["plan"]``. Ties go to
-    fewer trees, then to the rule's slices.
+    Every tree count is evaluated with the plan rule's slices; the :data:`FINE_SLICE_CANDIDATES` fastest
+    are evaluated again with :data:`FINE_SLICE_BYTES` slices when their chunks are larger (and the
+    simulation is within the evaluator's limit), which the chosen schedule then pins in
+    ``params["plan"]``. Ties go to fewer trees, then to the rule's slices.
     """
     from synth.evaluate import evaluate
 
@@ -294,10 +298,14 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         if best is None or seconds < best[0]:
             best = (seconds, k, None, schedule)
     assert best is not None
-    for k, schedule in sorted(variants, key=lambda variant: times[str(variant[0])] or 0.0):
+    ranked = sorted(variants, key=lambda variant: times[str(variant[0])] or 0.0)
+    for k, schedule in ranked[:FINE_SLICE_CANDIDATES]:
         if size / schedule.chunks <= FINE_SLICE_BYTES:
             continue  # the rule's slices are no larger already
-        seconds = evaluate(schedule, topology, size, slice_bytes=FINE_SLICE_BYTES, cutoff=best[0]).time_s
+        try:
+            seconds = evaluate(schedule, topology, size, slice_bytes=FINE_SLICE_BYTES, cutoff=best[0]).time_s
+        except LimitError:
+            continue  # too many slices to simulate: the rule's slices stand
         # a cut-off simulation only shows that this variant loses: recorded as None
         times[f"{k}/{FINE_SLICE_BYTES}"] = seconds if math.isfinite(seconds) else None
         if seconds < best[0]:
