@@ -312,7 +312,7 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
         """Start the next slice of every candidate that may; returns the transfers that completed
         instantly (local ops), whose slices arrived now."""
         nonlocal changed
-        rows = np.unique(candidates) if len(candidates) > 1 else candidates
+        rows: np.ndarray = np.unique(candidates) if len(candidates) > 1 else candidates
         rows = rows[~busy[rows]]
         next_slice = sent[rows]
         rows = rows[(next_slice < slices) & (arrived[rows] > next_slice - window)]
@@ -323,7 +323,7 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
             return rows
         instant = local_of[rows]
         if instant.any():
-            quick = rows[instant]
+            quick: np.ndarray = rows[instant]
             sent[quick] += 1
             arrived[quick] += 1
             rows = rows[~instant]

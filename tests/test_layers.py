@@ -32,9 +32,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
                  "synth.topology", "synth.library", "synth.routing", "synth.bounds", "synth.sketch",
                  "synth.proto"),
     "schedule": ("synth.schedule", "synth.rank_deps"),
-    "simulation": ("synth.plan", "synth.flow"),
+    "simulation": ("synth.plan", "synth.flow", "synth.evaluate", "synth.trace", "synth.astra"),
     "algorithms": ("synth.algorithms",),
-    "judges": ("synth.evaluate", "synth.verify", "synth.trace", "synth.astra", "synth.explain"),
+    "judges": ("synth.verify", "synth.explain"),
     "exporters": ("synth.export",),
     "faces": ("synth", "synth.cli", "synth.compare", "synth.tune", "synth.sweep", "synth.catalog", "synth.draw"),
 }
@@ -58,13 +58,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("synth.bounds", "synth.algorithms.forest.bound"): "cut bound solver lives in forest",
     ("synth.bounds", "synth.algorithms.forest.network"): "cut bound's flow network lives in forest",
     ("synth.bounds", "synth.algorithms.mcf"): "alltoall LP bound lives in mcf",
-    # milp states its CP-SAT result's time under synth's evaluator (best protocol, the plan rule) against the
-    # greedy plan's, in its summary. Fix: return both schedules and let the face evaluate them.
-    ("synth.algorithms.milp", "synth.evaluate"): "summary quotes the evaluator",
-    # forest's size-aware variant picks the tree count whose evaluated time (the plan rule every command applies)
-    # is least, so the variant it names is the one every command reports. Fix: move the plan rule (candidate
-    # plans, protocol choice) from evaluate into the simulation layer.
-    ("synth.algorithms.forest", "synth.evaluate"): "size-aware choice uses the evaluator's time",
 }
 
 _ORDER = list(LAYERS)
