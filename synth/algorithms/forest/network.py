@@ -162,13 +162,19 @@ class FlowSolver:
         self._python_side: list[int] | None = None
         self.calls = 0
 
+    def _count_finite(self, old: int, new: int) -> None:
+        """Keep the total of finite capacities as an arc's capacity goes from ``old`` to ``new``."""
+        if old != INFINITY:
+            self._finite_total -= old
+        if new != INFINITY:
+            self._finite_total += new
+
     def add_arc(self, tail: int, head: int, capacity: int = 0) -> int:
         """Add an arc and return its index."""
         self._tails.append(tail)
         self._heads.append(head)
         self._caps.append(capacity)
-        if capacity != INFINITY:
-            self._finite_total += capacity
+        self._count_finite(0, capacity)
         return self._solver.add_arc_with_capacity(tail, head, min(capacity, INFINITY))
 
     def capacity(self, arc: int) -> int:
@@ -177,22 +183,14 @@ class FlowSolver:
 
     def set_capacity(self, arc: int, capacity: int) -> None:
         """Change one arc's capacity."""
-        old = self._caps[arc]
-        if old != INFINITY:
-            self._finite_total -= old
-        if capacity != INFINITY:
-            self._finite_total += capacity
+        self._count_finite(self._caps[arc], capacity)
         self._caps[arc] = capacity
         self._solver.set_arc_capacity(arc, min(capacity, INFINITY))
 
     def set_capacities(self, arcs: Sequence[int], capacities: Sequence[int]) -> None:
         """Change many arcs' capacities at once."""
         for arc, capacity in zip(arcs, capacities, strict=True):
-            old = self._caps[arc]
-            if old != INFINITY:
-                self._finite_total -= old
-            if capacity != INFINITY:
-                self._finite_total += capacity
+            self._count_finite(self._caps[arc], capacity)
             self._caps[arc] = capacity
         if arcs:
             self._solver.set_arcs_capacity(np.asarray(arcs, dtype=np.int32),

@@ -194,17 +194,20 @@ class _Splitter:
                 self._record(u, w, t, amount)
         return True
 
+    def _candidates(self, w: int, t: int) -> list[int]:
+        """The in-neighbours of ``w`` to pair with its out-arc to ``t``: in cyclic order after ``t`` (which
+        spreads the logical arcs evenly), then ``t`` itself (a pair that becomes a loop) last."""
+        ins = sorted(self.in_nb[w])
+        after = [u for u in ins if u > t] + [u for u in ins if u < t]
+        return after + ([t] if t in self.in_nb[w] else [])
+
     def split(self, w: int) -> None:
         """Split switch ``w`` off completely (raises :class:`SplitFailed` if that is impossible)."""
         if self._pass_through(w):
             return
         while self.out_nb[w] and self.in_nb[w]:
             t = min(self.out_nb[w])
-            ins = sorted(self.in_nb[w])
-            # rotate so the in-arcs are tried in cyclic order after t (spreads the logical arcs evenly)
-            after = [u for u in ins if u > t] + [u for u in ins if u < t]
-            candidates = after + ([t] if t in self.in_nb[w] else [])
-            for u in candidates:
+            for u in self._candidates(w, t):
                 amount = min(self.capacity[(u, w)], self.capacity[(w, t)])
                 self._tentative(u, w, t, amount)
                 short = self.deficit(amount)
@@ -259,10 +262,7 @@ class _SymmetricSplitter(_Splitter):
                 return
         while self.out_nb[w] and self.in_nb[w]:
             t = min(self.out_nb[w])
-            ins = sorted(self.in_nb[w])
-            after = [u for u in ins if u > t] + [u for u in ins if u < t]
-            candidates = after + ([t] if t in self.in_nb[w] else [])
-            for u in candidates:
+            for u in self._candidates(w, t):
                 triples = self._orbit(u, w, t)
                 uses: dict[tuple[int, int], int] = {}
                 for a, b, c in triples:
