@@ -109,10 +109,14 @@ class _Splitter:
         return taken
 
     # ------------------------------------------------------------------------------- the test
+    def _tested(self) -> Sequence[int]:
+        """The gpus whose max-flow the test asks (all of them; one per orbit under a symmetry)."""
+        return range(self.n)
+
     def deficit(self, limit: int) -> int:
-        """max over gpus of (R - maxflow(s -> v)), stopping early once it reaches ``limit``."""
+        """max over the tested gpus of (R - maxflow(s -> v)), stopping early once it reaches ``limit``."""
         worst = 0
-        for v in range(self.n):
+        for v in self._tested():
             short = self.requirement - self.solver.max_flow(self.source, v)
             if short > worst:
                 worst = short
@@ -237,15 +241,8 @@ class _SymmetricSplitter(_Splitter):
         self.group = group
         self.representatives = list(representatives)
 
-    def deficit(self, limit: int) -> int:
-        worst = 0
-        for v in self.representatives:
-            short = self.requirement - self.solver.max_flow(self.source, v)
-            if short > worst:
-                worst = short
-                if worst >= limit:
-                    return worst
-        return worst
+    def _tested(self) -> Sequence[int]:
+        return self.representatives
 
     def _orbit(self, u: int, w: int, t: int) -> list[tuple[int, int, int]]:
         return sorted({(g[u], g[w], g[t]) for g in self.group})
