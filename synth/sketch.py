@@ -72,7 +72,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from synth.errors import InputError
+from synth.errors import InputError, invalid
 from synth.topology import Topology, read_document
 
 FORMAT: Final = "synth.sketch/1"
@@ -128,15 +128,8 @@ class Sketch:
         try:
             model = _SketchModel.model_validate(data)
         except ValidationError as error:
-            first = error.errors()[0]
-            loc = ".".join(str(part) for part in first["loc"]) or "sketch"
-            message = first["msg"]
-            if message.startswith("Value error, "):
-                message = message[len("Value error, "):]
-            if first["type"] == "extra_forbidden":
-                message = ("unknown field; expected one of format, name, chunks, box_size, relays, pairing, "
-                           "intra_box, symmetry, epoch_us, epochs")
-            raise InputError(source, loc, message) from None
+            raise invalid(error, source, root="sketch", expected="format, name, chunks, box_size, relays, "
+                          "pairing, intra_box, symmetry, epoch_us, epochs") from None
         return cls(model, source)
 
     @classmethod

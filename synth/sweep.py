@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from synth.errors import InputError, LimitError, NotApplicable, SynthError
+from synth.errors import InputError, LimitError, NotApplicable, SynthError, invalid
 from synth.topology import Topology
 
 if TYPE_CHECKING:
@@ -230,14 +230,8 @@ def _validated_spec(data: Any, source: str) -> _SpecModel:
     try:
         return _SpecModel.model_validate(data)
     except ValidationError as error:
-        problems = error.errors()
-        # A misspelt key is the likeliest cause of a "missing" one: report it first.
-        first = next((e for e in problems if e["type"] == "extra_forbidden"), problems[0])
-        loc = ".".join(str(part) for part in first["loc"])
-        message = {"extra_forbidden": "unknown field (expected name, topology, grid, collectives, algorithms, "
-                                      "sizes, model, plan, options)",
-                   "missing": "missing required field"}.get(first["type"], first["msg"])
-        raise InputError(source, loc, message) from None
+        raise invalid(error, source, expected="name, topology, grid, collectives, algorithms, sizes, model, plan, "
+                      "options") from None
 
 
 def _builder_name(topology: str, source: str) -> str:

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 import networkx as nx
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
 
-from synth.errors import InputError
+from synth.errors import InputError, invalid
 
 GPU = "gpu"
 SWITCH = "switch"
@@ -155,19 +155,6 @@ class _TopologyModel(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-def _pydantic_message(error: ValidationError) -> tuple[str, str]:
-    first = error.errors()[0]
-    loc = ".".join(str(part) if str(part).isprintable() else repr(part) for part in first["loc"])
-    msg = first["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field (check the spelling; see the README for the format)"
-    elif first["type"] == "missing":
-        msg = "missing required field"
-    return loc, msg
-
-
 @dataclass(frozen=True, eq=False)
 class Topology:
     """An immutable network: gpus (ranks), switches, and directed links.
@@ -250,8 +237,7 @@ class Topology:
         try:
             model = _TopologyModel.model_validate(data)
         except ValidationError as error:
-            loc, msg = _pydantic_message(error)
-            raise InputError(source, loc, msg) from None
+            raise invalid(error, source) from None
         if len(model.nodes) > MAX_NODES:
             raise InputError(source, "nodes", f"{len(model.nodes)} nodes exceed the limit of {MAX_NODES}")
 
