@@ -174,6 +174,12 @@ def test_malformed_sketch_names_the_field(document, field):
     assert info.value.field == field and str(info.value).startswith("my.json: ")
 
 
+def test_misspelt_sketch_key_is_named_with_the_known_ones():
+    with pytest.raises(InputError) as info:
+        Sketch.from_dict({"chunkz": 2, "epochs": "many"}, "my.json")
+    assert info.value.field == "chunkz" and "unknown field (expected format, name, chunks" in str(info.value)
+
+
 def test_sketch_that_does_not_fit_the_topology(dgx1, ndv2):
     with pytest.raises(InputError, match="records no boxes"):
         milp(dgx1, Kind.ALLGATHER, sketch={"relays": [0]}, **FAST)

@@ -105,6 +105,9 @@ REFUSALS = [
     ("unknown node field", mutate(["nodes", 0, "speed"], 3), "nodes.0.speed", "unknown field"),
     ("unknown link field", mutate(["links", 1, "capacity"], 3), "links.1.capacity", "unknown field"),
     ("missing nodes", {"name": "x", "links": []}, "nodes", "missing"),
+    # a misspelt key is named before the required one it leaves missing
+    ("misspelt links", {**{k: v for k, v in base_document().items() if k != "links"},
+                        "lnks": base_document()["links"]}, "lnks", "unknown field"),
     ("missing name", {k: v for k, v in base_document().items() if k != "name"}, "name", "missing"),
     ("one gpu", mutate(["nodes", 1, "type"], "switch"), "nodes", "at least 2 gpus, found 1"),
     ("no gpus", {"name": "x", "nodes": [{"id": "s", "type": "switch"}], "links": []}, "nodes", "at least 2 gpus"),
