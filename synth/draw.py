@@ -48,7 +48,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from synth.errors import InputError, SynthError
+from synth.errors import InputError
 from synth.evaluate import congestion
 from synth.fileio import atomic_write_bytes
 from synth.schedule import REDUCE, Schedule
@@ -173,7 +173,8 @@ MAX_OBLIQUE_LAYERS = 4
 
 def _oblique(topology: Topology) -> bool:
     dims = topology.dimensions
-    return _coordinates(topology) is not None and len(dims) == 3 and dims[2].size <= MAX_OBLIQUE_LAYERS
+    return (dims is not None and _coordinates(topology) is not None and len(dims) == 3
+            and dims[2].size <= MAX_OBLIQUE_LAYERS)
 
 
 @functools.lru_cache(maxsize=16)
@@ -183,14 +184,14 @@ def _coordinates(topology: Topology) -> dict[str, tuple[int, ...]] | None:
 
 def _direct_layout(topology: Topology) -> Position:
     n = topology.num_ranks
-    coords = _coordinates(topology)
-    if coords is not None:
+    coords, dims = _coordinates(topology), topology.dimensions
+    if coords is not None and dims is not None:
         if _oblique(topology):  # layers of dimension 2 stacked in depth, each shifted up and right
-            layers = topology.dimensions[2].size
+            layers = dims[2].size
             grid = 1.2 + LAYER_SHIFT[0] * (layers - 1)
             return {gpu: (c[0] * grid + c[2] * LAYER_SHIFT[0], -c[1] * grid + c[2] * LAYER_SHIFT[1])
                     for gpu, c in coords.items()}
-        width = topology.dimensions[0].size
+        width = dims[0].size
         return {gpu: (c[0] + (c[2] if len(c) == 3 else 0) * (width + 1.0), -float(c[1])) for gpu, c in coords.items()}
     radius = max(1.5, n / (2 * math.pi) * 1.1)
     return {gpu: (radius * math.sin(2 * math.pi * rank / n), radius * math.cos(2 * math.pi * rank / n))
@@ -296,7 +297,8 @@ def _box_layout(topology: Topology) -> Position:
         for index, gpu in enumerate(gpus):
             pos[gpu] = (x0 + index % cols, y0 - float(index // cols) * 1.6)
         bottom = y0 - float((len(gpus) - 1) // cols) * 1.6
-        uplinks, hubs = [], []
+        uplinks: list[str] = []
+        hubs: list[str] = []
         for switch in local[box]:
             reaches_out = any(not boxes_of.get(m, frozenset()) <= {box} for m in _neighbors(topology, switch))
             (uplinks if reaches_out else hubs).append(switch)
@@ -506,7 +508,7 @@ def _width_legend(ax: Any, topology: Topology, widest: float, extra: Sequence[An
     if coords is not None:
         names = ("across", "down", "in depth" if _oblique(topology) else "between panels")
         handles += [Line2D([], [], color=DIMENSION_COLORS[d], linewidth=2.0, label=f"dimension {d} ({names[d]})")
-                    for d in range(len(topology.dimensions))]
+                    for d in range(len(topology.dimensions or ()))]
         if any(skips for _, _, _, skips in link_shapes(topology)):
             handles.append(Line2D([], [], color="#555", linewidth=1.4, linestyle=(0, (4, 2)),
                                   label="wrap-around (dashed arc)"))
@@ -533,30 +535,13 @@ def _new_figure(pos: Position, panels: int = 1, columns: int = 1) -> Figure:
     return figure
 
 
-def bottleneck_cut(topology: Topology) -> frozenset[str] | None:
-    """The node set S of the throughput bound's bottleneck cut, from ``synth.bounds.optimal_bound``;
-    None when that module is not installed or has no cut for this topology."""
-    try:
-        from synth.bounds import optimal_bound  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    try:
-        result = optimal_bound(topology)
-    except SynthError:
-        return None
-    gpus = getattr(result, "cut_gpus", None)
-    if gpus is not None:
-        nodes = frozenset(gpus) | frozenset(getattr(result, "cut_switches", ()))
-        return nodes if nodes and nodes <= set(topology.graph.nodes) else None
-    for name in ("cut", "bottleneck_cut", "bottleneck", "cut_nodes", "S"):
-        value = result.get(name) if isinstance(result, Mapping) else getattr(result, name, None)
-        if value is None:
-            continue
-        value = getattr(value, "nodes", value)
-        nodes = frozenset(topology.gpus[v] if isinstance(v, int) else str(v) for v in value)
-        if nodes and nodes <= set(topology.graph.nodes):
-            return nodes
-    return None
+def bottleneck_cut(topology: Topology) -> frozenset[str]:
+    """The node set S (gpus and switches) of the allgather bound's bottleneck cut,
+    :func:`synth.bounds.optimal_bound`."""
+    from synth.bounds import optimal_bound  # the max-flow machinery, loaded only when a cut is drawn
+
+    bound = optimal_bound(topology)
+    return frozenset(bound.cut_gpus) | frozenset(bound.cut_switches)
 
 
 def link_load(schedule: Schedule, topology: Topology) -> dict[tuple[str, str], float]:

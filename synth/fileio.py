@@ -390,7 +390,7 @@ def atomic_write_bytes(path: PathLike, data: bytes, *, option: str = "--output",
     fd = -1
     try:
         try:
-            fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode)  # type: ignore[attr-defined]
+            fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode)  # type: ignore[attr-defined,unused-ignore]  # O_TMPFILE is Linux only
         except (AttributeError, OSError):
             fd = -1
         if fd >= 0:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -195,14 +195,14 @@ class Topology:
     def build(
         cls,
         name: str,
-        gpus: list[str],
-        switches: list[str],
-        links: list[tuple[str, str, float, float] | tuple[str, str, float]],
+        gpus: Sequence[str],
+        switches: Sequence[str],
+        links: Sequence[tuple[str, str, float, float] | tuple[str, str, float]],
         *,
         bidirectional: bool = True,
         description: str = "",
-        boxes: list[int] | None = None,
-        dimensions: list[Dimension] | None = None,
+        boxes: Sequence[int] | None = None,
+        dimensions: Sequence[Dimension] | None = None,
         source: str = "",
         forwards: bool = False,
     ) -> Topology:

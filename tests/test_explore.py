@@ -6,7 +6,6 @@ import json
 import struct
 import subprocess
 import sys
-import types
 from fractions import Fraction
 
 import defusedxml.ElementTree as SafeET
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from synth.algorithms import synthesize
+from synth.bounds import optimal_bound
 from synth.cli import app
 from synth.cli.common import VERBOSITY
 from synth.collectives import Collective, Kind
@@ -238,16 +238,15 @@ def test_link_load_and_schedule_drawing(tmp_path):
     assert png_size(out.read_bytes())[0] >= 500
 
 
-def test_bottleneck_cut_uses_synth_bounds_when_present(monkeypatch):
+def test_bottleneck_cut_is_the_bound_cut():
     topo = boxed_topology()
-    fake = types.ModuleType("synth.bounds")
-    fake.optimal_bound = lambda topology: types.SimpleNamespace(cut=[0, 1, "nvs0"])
-    monkeypatch.setitem(sys.modules, "synth.bounds", fake)
-    assert bottleneck_cut(topo) == frozenset({"b0g0", "b0g1", "nvs0"})
-    fake.optimal_bound = lambda topology: {"bottleneck_cut": ["nope"]}
-    assert bottleneck_cut(topo) is None
-    monkeypatch.setitem(sys.modules, "synth.bounds", None)  # import fails: degrade gracefully
-    assert bottleneck_cut(topo) is None
+    cut = bottleneck_cut(topo)
+    gpus_in = [g for g in topo.gpus if g in cut]
+    assert 0 < len(gpus_in) < topo.num_ranks
+    # Counted here from the links: 7 gpus and every switch inside S; only b0g0's links into S leave it.
+    egress = sum(data["bandwidth"] for u, v, data in topo.graph.edges(data=True) if u in cut and v not in cut)
+    assert egress == 125 and gpus_in == [g for g in topo.gpus if g != "b0g0"]
+    assert optimal_bound(topo).cut_egress_GBps == egress
 
 
 def test_draw_trees_one_panel_per_route(tmp_path):

@@ -80,10 +80,11 @@ def box_structure(topology: Topology, boxes: Sequence[int] | int | None = None) 
         index = [r // (n // boxes) for r in range(n)]
         source = "the boxes option"
     elif boxes is not None:
-        if isinstance(boxes, str) or len(boxes) != n or not all(isinstance(b, int) and not isinstance(b, bool)
-                                                                 for b in boxes):
+        given = [] if isinstance(boxes, (bool, str)) else list(boxes)
+        if isinstance(boxes, (bool, str)) or len(given) != n or not all(isinstance(b, int) and not isinstance(b, bool)
+                                                                         for b in given):
             raise InputError("", "boxes", f"expected a box index for each of the {n} ranks, got {boxes!r}")
-        index = list(boxes)
+        index = given
         source = "the boxes option"
     elif topology.boxes is not None:
         index = list(topology.boxes)
@@ -151,13 +152,16 @@ def hierarchical(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     """
     groups = box_structure(topology, boxes)
     g, b = len(groups[0]), len(groups)
-    rank_at = {(i, box): members[i] for box, members in enumerate(groups) for i in range(g)}
+    rank_at: dict[tuple[int, ...], int] = {(i, box): members[i] for box, members in enumerate(groups)
+                                           for i in range(g)}
     box_rings = [_box_ring(topology, members) for members in groups]
 
     def line_order(d: int, line: tuple[int | None, ...]) -> list[int]:
-        return box_rings[line[1]] if d == 0 else list(range(b))  # type: ignore[index]
+        box = line[1]
+        return box_rings[box] if d == 0 and box is not None else list(range(b))
 
-    params: dict[str, object] = {"chunks": chunks if chunks is not None else topology.num_ranks, "boxes": b,
-                                 "gpus_per_box": g, "box_members": groups, "box_rings": box_rings}
-    return grid_schedule(topology, kind, (g, b), rank_at, int(params["chunks"]), [[0, 1]], "hierarchical",  # type: ignore[call-overload]
+    chunk_count = chunks if chunks is not None else topology.num_ranks
+    params: dict[str, object] = {"chunks": chunk_count, "boxes": b, "gpus_per_box": g, "box_members": groups,
+                                 "box_rings": box_rings}
+    return grid_schedule(topology, kind, (g, b), rank_at, chunk_count, [[0, 1]], "hierarchical",
                          params, line_order)

@@ -567,13 +567,14 @@ def _requests(instance: Instance, order: str) -> list[tuple[int, int]]:
     for index, item in enumerate(instance.items):
         # equally far targets in rotated order (by position in the box), so that different items land on
         # different gpus
-        targets = sorted(item.targets, key=lambda t, s=item.source: (-dist[s][t], (spread[t] - spread[s]) % width, t))
+        source = item.source
+        targets = sorted(item.targets, key=lambda t: (-dist[source][t], (spread[t] - spread[source]) % width, t))
         if order == "near":
             targets.reverse()
         per_item.append([(index, t) for t in targets])
     if order == "item":
         return [request for requests in per_item for request in requests]
-    result = []
+    result: list[tuple[int, int]] = []
     for position in range(max((len(r) for r in per_item), default=0)):
         result.extend(requests[position] for requests in per_item if position < len(requests))
     return result

@@ -196,7 +196,8 @@ def themis_orders(sizes: Sequence[int], bandwidths: Sequence[float], parts: int,
     orders: list[list[int]] = []
     for _ in range(parts):
         if candidates:
-            best = min(candidates, key=lambda order, now=tuple(loads): _balance(now, added(order), order))
+            now = tuple(loads)
+            best = min(candidates, key=lambda order: _balance(now, added(order), order))
         else:
             best = sorted(range(count), key=lambda d: (loads[d], -bandwidths[d], d))
         extra = added(best)

@@ -163,7 +163,7 @@ def rail_layout(topology: Topology) -> RailLayout | None:
     >>> rail_layout(load_topology("ndv2:boxes=2")).nics
     ((0, 1, 2, 3, 4, 5, 6, 7),)
     """
-    return _memo(topology, ("rail_layout",), lambda: _rail_layout(topology))  # type: ignore[no-any-return]
+    return _memo(topology, ("rail_layout",), lambda: _rail_layout(topology))
 
 
 def _rail_layout(topology: Topology) -> RailLayout | None:
@@ -207,9 +207,9 @@ def _rail_layout(topology: Topology) -> RailLayout | None:
         structure.append(box_nics)
     if len(set(structure)) != 1:
         return None
-    nics = structure[0]
-    slots = tuple(sorted(attached[0] for attached in nics)) if len(nics) > 1 else nics[0]
-    return RailLayout(tuple(tuple(m) for m in groups), nics, slots)
+    rails = structure[0]
+    slots = tuple(sorted(attached[0] for attached in rails)) if len(rails) > 1 else rails[0]
+    return RailLayout(tuple(tuple(m) for m in groups), rails, slots)
 
 
 # ----------------------------------------------------------------------------------- rail rings
@@ -434,7 +434,8 @@ def _ring_cycles(topology: Topology, wanted: int, first: list[int] | None) -> li
         while units and len(cycles) < wanted:  # the spare multiplicity of direct links, most spare first
             spare = {pair: count - used.get(pair, 0) for pair, count in units.items() if count > used.get(pair, 0)}
             hops = {r: sorted(v for v in range(n) if frozenset((r, v)) in spare) for r in range(n)}
-            cost = {(r, v): -spare[frozenset((r, v))] for r in range(n) for v in hops[r]}
+            cost: dict[tuple[int, int], float] = {(r, v): -spare[frozenset((r, v))] for r in range(n)
+                                                  for v in hops[r]}
             cycle = None
             for end in sorted(hops[0], key=lambda v: (cost[(0, v)], v)):
                 cycle = _hamiltonian_path(hops, 0, end, cost)
@@ -464,7 +465,7 @@ def auto_channels(topology: Topology) -> int:
     >>> auto_channels(load_topology("ndv2:boxes=2")), auto_channels(load_topology("ring:n=2"))
     (1, 1)
     """
-    return _memo(topology, ("auto_channels",), lambda: _auto_channels(topology))  # type: ignore[no-any-return]
+    return _memo(topology, ("auto_channels",), lambda: _auto_channels(topology))
 
 
 def _auto_channels(topology: Topology) -> int:

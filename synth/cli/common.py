@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +119,7 @@ def check_chunks(chunks: int, option: str) -> None:
     limits.check_transfers(chunks, f"{chunks:,} chunks", hint="use fewer chunks")
 
 
-def output_file(path: str, option: str = "--output", inputs: list[str | None] | None = None,
+def output_file(path: str, option: str = "--output", inputs: Sequence[str | None] | None = None,
                 suffixes: tuple[str, ...] | None = None) -> str:
     """Check, before any work, that ``path`` can be written and is none of ``inputs`` (see synth.fileio)."""
     from synth.fileio import check_output_file
@@ -193,7 +194,7 @@ def _is_file(path: Path) -> bool:
 
 
 def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, output: str,
-                   inputs: list[str | None] | None = None) -> Schedule:
+                   inputs: Sequence[str | None] | None = None) -> Schedule:
     """Write ``schedule`` to ``output`` atomically, recording where its topology came from (the file,
     relative to the output's folder, and the topology's fingerprint) so later commands find it again.
 

@@ -4,6 +4,7 @@ looks like, and what a schedule does."""
 from __future__ import annotations
 
 import re
+from contextlib import AbstractContextManager
 from typing import Annotated
 
 import typer
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
     app.command("explain")(explain_command)
 
 
-def _status(message: str) -> object:
+def _status(message: str) -> AbstractContextManager[object]:
     """A spinner on stderr when it helps (a terminal, not quiet); otherwise a no-op context."""
     import contextlib
     import sys

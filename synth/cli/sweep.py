@@ -101,7 +101,7 @@ def _report(summary: SweepSummary, as_json: bool) -> None:
     if as_json:
         print_json(summary.to_dict())
         return
-    rows = [["points in spec", summary.points], ["already in output", summary.already_done],
+    rows: list[list[object]] = [["points in spec", summary.points], ["already in output", summary.already_done],
             ["ran now", summary.ran], ["ok", summary.ok], ["not applicable", summary.not_applicable],
             ["failed", summary.failed], ["rows in output", summary.rows],
             ["runner", f"{summary.runner} ({summary.workers} worker{'' if summary.workers == 1 else 's'})"], ["seconds", f"{summary.seconds:.1f}"]]

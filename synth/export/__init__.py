@@ -15,6 +15,7 @@ link is least loaded so far, then the lightest, then the first in node order, wh
 from __future__ import annotations
 
 from collections import deque
+from typing import Any, TypeGuard
 
 from synth.errors import InputError
 from synth.topology import Topology
@@ -108,7 +109,7 @@ class RouteBalancer:
         return best
 
 
-def valid_path(topology: Topology, path: list[str] | tuple[str, ...] | None, src: int, dst: int) -> bool:
+def valid_path(topology: Topology, path: Any, src: int, dst: int) -> TypeGuard[list[str] | tuple[str, ...]]:
     """True when ``path`` runs over links of ``topology`` from rank ``src``'s gpu to rank ``dst``'s."""
     if not path or len(path) < 2 or not all(isinstance(node, str) for node in path):
         return False

@@ -33,10 +33,10 @@ transfer per slice-0 message; synth's ordering nodes (attribute ``order_after``)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from synth.astra import (
     ORDER_ATTR,
@@ -309,7 +309,7 @@ def et_files(prefix: str | Path) -> tuple[Path, str, list[Path]]:
     folder, stem = path.parent, path.name
     if stem.endswith(".et"):
         stem = stem.rsplit(".", 2)[0]
-    files = []
+    files: list[Path] = []
     while (candidate := folder / f"{stem}.{len(files)}.et").is_file():
         files.append(candidate)
     if not files:
@@ -427,14 +427,14 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
         deps = send.extras.get("deps", [])
         if not isinstance(deps, list) or not all(isinstance(d, int) and 0 <= d < count for d in deps):
             raise InputError(source, f"transfer {tid}.deps", "expected a list of transfer ids")
-        path = send.extras.get("path")
-        if not valid_path(topology, path, src, dst):
-            path = balancer.route(src, dst)
+        given: list[str] | None = send.extras.get("path")
+        route = tuple(given) if given is not None and valid_path(topology, given, src, dst) \
+            else balancer.route(src, dst)
         slots = [send.extras.get(name) for name in ("src_scratch", "dst_scratch")]
         for name, slot in zip(("src_scratch", "dst_scratch"), slots, strict=True):
             if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or slot < 0):
                 raise InputError(source, f"transfer {tid}.{name}", f"expected a scratch slot >= 0, got {slot!r}")
-        transfers.append(Transfer(tid, src, dst, send.extras["chunk"], op, tuple(path), tuple(deps), *slots))
+        transfers.append(Transfer(tid, src, dst, send.extras["chunk"], op, route, tuple(deps), *slots))
     try:
         params = json.loads(metadata.get("params", "{}"))
     except (TypeError, ValueError):
@@ -458,7 +458,9 @@ def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topolo
         ranks = list(topology.gpus)
     if list(ranks) != list(topology.gpus):
         ranks = list(topology.gpus)
-    algorithm = metadata.get("algorithm") if isinstance(metadata.get("algorithm"), str) else "chakra"
+    algorithm = metadata.get("algorithm")
+    if not isinstance(algorithm, str):
+        algorithm = "chakra"
     return Schedule(collective, name, tuple(ranks), algorithm, params, tuple(transfers))
 
 
@@ -523,7 +525,7 @@ def _import_foreign(program: EtProgram, metadata: dict[str, Any], kind: Kind, to
     groups, roots = traces.chunk_groups()
     chunk_of, chunks, root = _assign_chunks(kind, n, traces.ends, groups, roots, source)
     collective = Collective(kind, n, chunks, root)
-    ops = [REDUCE if collective.reducing and tid in comp_of else COPY for tid in range(len(traces.ends))]
+    ops: list[Literal["copy", "reduce"]] = [REDUCE if collective.reducing and tid in comp_of else COPY for tid in range(len(traces.ends))]
     balancer = RouteBalancer(topology, source)
     inferred = _InferredTransfers(
         traces, tuple(chunk_of), tuple(ops), tuple(balancer.route(src, dst) for src, _, dst, _ in traces.ends),
@@ -624,9 +626,9 @@ class _MatchedTraces:
         # a recv waiting for an earlier reduction on its rank continues that reduction (same cell)
         for tid, (_, _, dst, recv_id) in enumerate(self.ends):
             for dep in self.by_id[dst][recv_id].deps:
-                parent = self.by_id[dst][dep]
-                if parent.type == NodeType.COMP_NODE and ORDER_ATTR not in parent.extras:
-                    for owner in parent.deps:
+                waited = self.by_id[dst][dep]
+                if waited.type == NodeType.COMP_NODE and ORDER_ATTR not in waited.extras:
+                    for owner in waited.deps:
                         if (dst, owner) in self.recv_tid:
                             groups.union(tid, self.recv_tid[(dst, owner)])
         return groups, roots
@@ -664,7 +666,7 @@ class _InferredTransfers:
 
     traces: _MatchedTraces
     chunk_of: tuple[int, ...]
-    ops: tuple[str, ...]
+    ops: tuple[Literal["copy", "reduce"], ...]
     paths: tuple[tuple[str, ...], ...]
     send_side: tuple[list[int], ...]
     recv_side: tuple[list[int], ...]
@@ -682,7 +684,7 @@ class _InferredTransfers:
         return tuple(transfers)
 
 
-def _foreign_et_params(comp_of: dict[int, int], ops: list[str], recv_side: tuple[list[int], ...]) -> dict[str, Any]:
+def _foreign_et_params(comp_of: dict[int, int], ops: Sequence[str], recv_side: tuple[list[int], ...]) -> dict[str, Any]:
     """``params["et"]`` of an imported trace set: its COMP durations (one ``comp_us`` when every reduction,
     and nothing else, has the same) and recv-side waits, so the ``astra`` model reproduces its timing."""
     et: dict[str, Any] = {}

@@ -57,8 +57,9 @@ def box_translation(net: Network, topology: Topology) -> list[int] | None:
             for w in neighbours[v]:
                 if w not in owner:
                     found = claims.setdefault(w, set())
-                    if owner[v] is not None:
-                        found.add(owner[v])
+                    claimant = owner[v]
+                    if claimant is not None:
+                        found.add(claimant)
         for w, owners in claims.items():
             owner[w] = owners.pop() if len(owners) == 1 else None
         layer = sorted(claims)
