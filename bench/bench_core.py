@@ -26,7 +26,8 @@ from synth import load_topology, synthesize, verify
 from synth.algorithms import REGISTRY
 from synth.collectives import Kind
 from synth.errors import LimitError, NotApplicable, SynthError
-from synth.evaluate import congestion, simulate_flow
+from synth.evaluate import congestion
+from synth.flow import simulate
 
 #: Algorithms with their own benchmark module (bench_forest, bench_milp) are left out of the scaling table.
 OWN_MODULES = {"forest", "milp"}
@@ -78,7 +79,7 @@ def throughput(quick: bool) -> Table:
             count = len(schedule.transfers)
             verify_s, _ = timed(partial(verify, schedule, topology))
             congestion_s, _ = timed(partial(congestion, schedule, topology))
-            flow_s, _ = timed(partial(simulate_flow, schedule, topology, 2**30))
+            flow_s, _ = timed(partial(simulate, schedule, topology, 2**30))
             table.add(label, count, build_s, verify_s, count / verify_s, congestion_s, flow_s, count / flow_s)
             del schedule
             gc.collect()

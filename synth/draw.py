@@ -580,7 +580,7 @@ def draw_topology(topology: Topology, *, schedule: Schedule | None = None, tree_
                          f"{topology.name!r} has {topology.num_ranks} gpus")
     if tree_root is not None:
         if schedule is None:
-            raise InputError("", "--tree", "drawing trees needs a schedule (--schedule FILE)")
+            raise InputError("", "tree_root", "drawing trees needs a schedule (`schedule`)")
         return draw_trees(topology, schedule, tree_root, title=title)
     pos = layout(topology)
     figure = _new_figure(pos)
@@ -649,10 +649,10 @@ def _tree_routes(schedule: Schedule, root: int) -> list[tuple[tuple[int, ...], l
 def draw_trees(topology: Topology, schedule: Schedule, root: int, title: str | None = None) -> Figure:
     """One panel per distinct tree carrying chunks rooted at rank ``root`` (up to 12 panels)."""
     if not 0 <= root < topology.num_ranks:
-        raise InputError("", "--tree", f"expected a root rank in 0..{topology.num_ranks - 1}, got {root}")
+        raise InputError("", "root", f"expected a root rank in 0..{topology.num_ranks - 1}, got {root}")
     routes = _tree_routes(schedule, root)
     if not routes:
-        raise InputError("", "--tree", f"no chunk of this {schedule.kind} schedule is rooted at rank {root}")
+        raise InputError("", "root", f"no chunk of this {schedule.kind} schedule is rooted at rank {root}")
     shown = routes[:MAX_TREE_PANELS]
     pos = layout(topology)
     xs = [p[0] for p in pos.values()]
@@ -741,7 +741,7 @@ def render(figure: Figure, fmt: str) -> bytes:
     """The figure as PNG or SVG bytes, with no date or random ids (same figure, same bytes)."""
     fmt = fmt.lower().lstrip(".")
     if fmt not in ("png", "svg"):
-        raise InputError("", "--output", f"expected a .png or .svg file name, got format {fmt!r}")
+        raise InputError("", "fmt", f"expected png or svg, got {fmt!r}")
     buffer = io.BytesIO()
     metadata = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
     with matplotlib.rc_context({"svg.hashsalt": "synth", "svg.fonttype": "path"}):

@@ -181,7 +181,7 @@ def candidate_plans(schedule: Schedule, size: int, model: Model, options: PlanOp
         chosen = pins.get("protocol")
     if not model.protocols:
         if chosen not in (None, Protocol.IDEAL) and options.protocol is not None:
-            raise InputError("", "protocol", f"the {model.name} model has no protocols; use --protocol ideal or auto")
+            raise InputError("", "protocol", f"the {model.name} model has no protocols; set `protocol` to ideal or auto")
         chosen = Protocol.IDEAL
     slice_bytes = options.slice_bytes if options.slice_bytes is not None else pins.get("slice_bytes")
     window = options.window if options.window is not None else pins.get("window")
@@ -253,7 +253,7 @@ def _check_work(schedule: Schedule, size: int, plan: Plan) -> None:
         f"evaluating {schedule.algorithm} {schedule.kind} at {size} bytes under {plan.describe()}: "
         f"{len(schedule.transfers)} transfers x {plan.slices} slices = {work:,} slice transfers, over the limit of "
         f"{MAX_SLICE_TRANSFERS:,} (about a minute of simulation); ask for at most {fewest} slices per chunk "
-        f"(--slices {fewest}, or --slice-bytes {math.ceil(chunk / fewest)})")
+        f"(`slices` {fewest}, or `slice_bytes` {math.ceil(chunk / fewest)})")
 
 
 def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "flow",
@@ -280,21 +280,6 @@ def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "fl
             raise InputError("", sorted(unknown)[0], "unknown plan option; expected protocol, slice_bytes, slices, window")
         options = PlanOptions(**{**(options.to_dict() if options else {}), **plan})
     return evaluate_sizes(schedule, topology, [size], model, options, cutoff)[0]
-
-
-def simulate_flow(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None) -> float:
-    """The flow model's time in seconds under ``plan`` (default: the ``ideal`` protocol with every chunk
-    one slice, the plain chunk-level α-β model; commands use :func:`evaluate` and the plan rule).
-
-    Examples
-    --------
-    >>> from synth.library import load_topology
-    >>> from synth.algorithms import synthesize
-    >>> topo = load_topology("ring:n=2,latency=0,bandwidth=1")
-    >>> simulate_flow(synthesize(topo, "allgather", "ring"), topo, 2 * 10**9)  # 1 GB over 1 GB/s
-    1.0
-    """
-    return simulate(schedule, topology, size, plan)
 
 
 def protocol_costs_table() -> Mapping[str, Mapping[str, float]]:

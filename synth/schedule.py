@@ -58,6 +58,15 @@ class Transfer:
         """True for a local op (a copy or reduce between two buffers of one rank)."""
         return self.src == self.dst
 
+    def scratch_slots(self) -> dict[str, int]:
+        """The scratch slots it reads or writes, by field name (``{}`` when it moves data cells only)."""
+        slots = {}
+        if self.src_scratch is not None:
+            slots["src_scratch"] = self.src_scratch
+        if self.dst_scratch is not None:
+            slots["dst_scratch"] = self.dst_scratch
+        return slots
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -275,13 +284,8 @@ def _check_size(collective: Collective, transfers: int, source: str) -> None:
 
 
 def _transfer_dict(t: Transfer) -> dict[str, Any]:
-    item: dict[str, Any] = {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op,
-                            "path": list(t.path), "deps": list(t.deps)}
-    if t.src_scratch is not None:
-        item["src_scratch"] = t.src_scratch
-    if t.dst_scratch is not None:
-        item["dst_scratch"] = t.dst_scratch
-    return item
+    return {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op, "path": list(t.path),
+            "deps": list(t.deps), **t.scratch_slots()}
 
 
 def _is_int(value: Any) -> bool:

@@ -738,6 +738,8 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = " ".join(str(getattr(error, "problem", None) or error).split())  # one line, always
+        if "nesting depth" in problem:  # PyYAML >= 6.0.3 has a depth limit of its own
+            raise InputError(source, "", f"YAML nesting is too deep{where}") from None
         raise InputError(source, "", f"invalid YAML{where}: {problem}") from None
     except RecursionError:
         raise InputError(source, "", "YAML nesting is too deep") from None

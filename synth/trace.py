@@ -240,7 +240,7 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     default_us, comp_by_transfer, recv_after = et_params(schedule)
     if comp_duration_us is not None:
         if comp_duration_us < 0:
-            raise InputError("", "--comp-duration-us", f"expected a duration >= 0, got {comp_duration_us}")
+            raise InputError("", "comp_duration_us", f"expected a duration >= 0, got {comp_duration_us}")
         default_us, comp_by_transfer = comp_duration_us, {}
     message = chunk_bytes(schedule, size)
     n = schedule.collective.num_ranks
@@ -323,7 +323,7 @@ class _RankTraces:
         """Slice ``j`` of a local reduction: one COMP node on its rank."""
         local = EtNode(len(self.nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}{self._suffix(j)}", NodeType.COMP_NODE,
                        duration_us=self.comp_by_transfer.get(t.id, self.default_us), transfer=t.id, slice=j,
-                       extras={**info, "deps": list(t.deps), "local": True, **_scratch(t)} if self.extras else {})
+                       extras={**info, "deps": list(t.deps), "local": True, **t.scratch_slots()} if self.extras else {})
         self.nodes[t.src].append(local)
         return local
 
@@ -334,7 +334,7 @@ class _RankTraces:
         suffix = self._suffix(j)
         send = EtNode(len(self.nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}{suffix}", NodeType.COMM_SEND_NODE,
                       peer=t.dst, size=nbytes, tag=tag, transfer=t.id, slice=j,
-                      extras={**info, "deps": list(t.deps), "path": list(t.path), **_scratch(t)} if self.extras else {})
+                      extras={**info, "deps": list(t.deps), "path": list(t.path), **t.scratch_slots()} if self.extras else {})
         self.nodes[t.src].append(send)
         recv = EtNode(len(self.nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}{suffix}", NodeType.COMM_RECV_NODE,
                       peer=t.src, size=nbytes, tag=tag, transfer=t.id, slice=j, extras=dict(info))
@@ -422,7 +422,7 @@ def _et_metadata(schedule: Schedule, size: int, message: int, tag_base: int, sli
         metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)
         if nodeless:
             metadata["local_copies"] = json.dumps([
-                {"transfer": t.id, "rank": t.src, "chunk": t.chunk, "deps": list(t.deps), **_scratch(t)}
+                {"transfer": t.id, "rank": t.src, "chunk": t.chunk, "deps": list(t.deps), **t.scratch_slots()}
                 for t in transfers if t.id in nodeless])
     return metadata
 
@@ -455,16 +455,6 @@ def _bypass(transfers: tuple[Transfer, ...], nodeless: set[int]) -> tuple[Transf
             stack.pop()
     return tuple(replace(t, deps=tuple(sorted(expand(t.deps)))) if any(d in nodeless for d in t.deps) else t
                  for t in transfers)
-
-
-def _scratch(t: Transfer) -> dict[str, int]:
-    """The scratch slots a transfer reads or writes, as extras (absent: data cells)."""
-    slots = {}
-    if t.src_scratch is not None:
-        slots["src_scratch"] = t.src_scratch
-    if t.dst_scratch is not None:
-        slots["dst_scratch"] = t.dst_scratch
-    return slots
 
 
 def _plain(value: Any) -> Any:

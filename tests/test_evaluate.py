@@ -14,7 +14,7 @@ from strategies import topologies
 
 from synth import Collective, Kind, Topology, evaluate, load_topology, synthesize, verify
 from synth.errors import InputError
-from synth.evaluate import GIGA, MICRO, congestion, metrics, simulate_flow
+from synth.evaluate import GIGA, MICRO, congestion, metrics
 from synth.flow import _MaxMin, simulate
 from synth.plan import make_plan
 from synth.schedule import ScheduleBuilder
@@ -106,7 +106,7 @@ def test_two_flows_share_a_link_equally():
     verify(schedule, topology)
     size = 10**9
     # a->b and a->c share a->s: 5 GB/s each, 0.2 s; then b->d alone at 1 GB/s, 1 s
-    assert close(simulate_flow(schedule, topology, size), size / 5e9 + size / 1e9)
+    assert close(simulate(schedule, topology, size), size / 5e9 + size / 1e9)
 
 
 def test_a_flow_bottlenecked_elsewhere_leaves_the_rest_to_the_other():
@@ -115,7 +115,7 @@ def test_a_flow_bottlenecked_elsewhere_leaves_the_rest_to_the_other():
     verify(schedule, topology)
     size = 10**9
     # a->c is held to 2 GB/s by s->c, so a->b gets the other 8 GB/s of a->s, then b->d takes 1 s
-    assert close(simulate_flow(schedule, topology, size), size / 8e9 + size / 1e9)
+    assert close(simulate(schedule, topology, size), size / 8e9 + size / 1e9)
 
 
 def test_three_flows_with_a_shared_and_a_private_bottleneck():
@@ -125,7 +125,7 @@ def test_three_flows_with_a_shared_and_a_private_bottleneck():
     size = 10**9
     # a->c 2 GB/s; a->b and a->b->d split the other 8 GB/s of a->s, but a->b->d is held to 1 GB/s by
     # b->d, so a->b gets 7 GB/s; the last to finish is a->b->d at 1 GB/s throughout
-    assert close(simulate_flow(schedule, topology, size), size / 1e9)
+    assert close(simulate(schedule, topology, size), size / 1e9)
     # the same by the rate solver alone (links a->s, s->b, s->c, b->d)
     solver = _MaxMin(*_incidence([[0, 2], [0, 1], [0, 1, 3]]), np.array([10.0, 10.0, 2.0, 1.0]), 3)
     rates = np.zeros(3)
@@ -348,7 +348,7 @@ def test_bad_model_and_plan_options_are_input_errors():
 def test_empty_schedule_takes_no_time():
     topology = load_topology("ring:n=2")
     schedule = ScheduleBuilder(Collective(Kind.ALLREDUCE, 2, 1), topology.name, topology.gpus, "x").build()
-    assert simulate_flow(schedule, topology, 1024) == 0.0
+    assert simulate(schedule, topology, 1024) == 0.0
 
 
 # --------------------------------------------------------------- the optimized simulation vs a reference

@@ -211,7 +211,7 @@ def test_draw_png_and_svg_are_real_images(tmp_path):
     assert root.tag.endswith("svg")
     assert render(draw_topology(topo), "png") == render(draw_topology(topo), "png"), "same input, same bytes"
     assert render(draw_topology(topo), "svg") == render(draw_topology(topo), "svg")
-    with pytest.raises(InputError, match="png or .svg"):
+    with pytest.raises(InputError, match="^fmt: expected png or svg"):
         render(figure, "jpg")
 
 

@@ -173,8 +173,26 @@ def test_limits_give_the_limit_the_excess_and_the_fix():
         lower_msccl(schedule, limits=MscclLimits(max_channels=1, max_steps=4))
     with pytest.raises(LimitError, match="threadblocks per gpu"):
         lower_msccl(synthesize(load_topology("switch:n=8"), "alltoall", "direct"), limits=MscclLimits(sms=4))
-    with pytest.raises(InputError, match="--proto"):
+    with pytest.raises(InputError, match="^proto: expected one of"):  # the Python parameter, not a CLI flag
         lower_msccl(schedule, proto="LL256")
+
+
+def test_cli_names_the_flags_where_the_library_names_parameters(tmp_path, capsys, monkeypatch):
+    from helpers import assert_refused, run_cli
+
+    schedule = synthesize(load_topology("switch:n=8"), "allgather", "ring", chunks=64)
+    with pytest.raises(LimitError) as caught:
+        lower_msccl(schedule, limits=MscclLimits(max_channels=1, max_steps=4))
+    assert "raise `max_steps`" in str(caught.value) and "--" not in str(caught.value)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text(schedule.to_json())
+    done = run_cli(["export", "msccl", "s.json", "-t", "switch:n=8", "-o", "x.xml", "--proto", "LL256"],
+                   capsys, monkeypatch)
+    assert_refused(done, "error: --proto: ", "expected one of Simple, LL, LL128")
+    done = run_cli(["export", "msccl", "s.json", "-t", "switch:n=8", "-o", "x.xml", "--max-channels", "1",
+                    "--max-steps", "4"], capsys, monkeypatch)
+    assert_refused(done, "raise `--max-steps`", "allow more channels (`--max-channels`, up to 32)")
+    assert not (tmp_path / "x.xml").exists()
 
 
 def _cases():

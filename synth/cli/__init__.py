@@ -75,7 +75,7 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except SynthError as error:
-        _fail(f"error: {one_line(str(error))}", 2)
+        _fail(f"error: {one_line(_as_flags(error))}", 2)
     except Interrupted as kept:  # the command kept part of its work and says what
         _fail(f"interrupted while running `{one_line(_doing())}`: {one_line(str(kept))}", 130)
     except KeyboardInterrupt:
@@ -107,6 +107,43 @@ def main() -> None:
         raise
     finally:
         restore()
+
+
+def _option_flags() -> dict[str, str]:
+    """The options of the command this process runs: Python parameter name -> its long flag."""
+    command: Any = typer.main.get_command(app)
+    for arg in sys.argv[1:]:
+        subcommands = getattr(command, "commands", None)
+        if not subcommands:
+            break
+        if not arg.startswith("-"):
+            if arg not in subcommands:
+                break
+            command = subcommands[arg]
+    flags = {}
+    for param in getattr(command, "params", ()):
+        long = [opt for opt in param.opts if opt.startswith("--")]
+        if param.param_type_name == "option" and param.name and long:
+            flags[param.name] = long[0]
+    return flags
+
+
+def _as_flags(error: Exception) -> str:
+    """The message of ``error`` as a command-line user reads it. Library code names Python parameters (the
+    field of an :class:`InputError` without a source file, and names in backticks in the text); here each
+    becomes the flag that sets it in the running command, e.g. ``max_channels`` -> ``--max-channels``."""
+    import re
+
+    from synth.errors import InputError
+
+    try:
+        flags = _option_flags()
+    except Exception:  # a message is never lost to the translation
+        return str(error)
+    text = str(error)
+    if isinstance(error, InputError) and not error.source and error.field in flags:
+        text = str(InputError("", flags[error.field], error.problem))
+    return re.sub(r"`([A-Za-z_]\w*)`", lambda m: f"`{flags[m[1]]}`" if m[1] in flags else m[0], text)
 
 
 def _doing() -> str:

@@ -175,7 +175,7 @@ def draw(
                                                "(default: the topology's name, e.g. dgx-a100-boxes-2.png)")] = None,
     schedule_file: Annotated[str | None, typer.Option("--schedule", help="colour links by this schedule's load "
                                                       "(% of the busiest link) and mark the bottleneck cut")] = None,
-    tree: Annotated[int | None, typer.Option("--tree", help="with --schedule: draw the trees of this root rank")] = None,
+    root: Annotated[int | None, typer.Option("--tree", help="with --schedule: draw the trees of this root rank")] = None,
     no_cut: Annotated[bool, typer.Option("--no-cut", help="do not compute or mark the bottleneck cut")] = False,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
@@ -197,10 +197,10 @@ def draw(
         schedule = load_schedule(schedule_file)
         check_made_for(schedule, topo, schedule_file, repr(topology))
         verify_file(schedule, topo, schedule_file)
-    elif tree is not None:
+    elif root is not None:
         raise InputError("", "--tree", "drawing trees needs a schedule: add --schedule FILE")
     with _status("computing the bottleneck cut and drawing..."):
-        figure = draw_topology(topo, schedule=schedule, tree_root=tree, cut=None if no_cut else "auto")
+        figure = draw_topology(topo, schedule=schedule, tree_root=root, cut=None if no_cut else "auto")
         save_figure(figure, target)
     note(f"wrote {shown(target)}")
 

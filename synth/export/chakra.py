@@ -155,13 +155,13 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
 
     sizes = list(dict.fromkeys(sizes))
     if not sizes:
-        raise InputError("", "--size", "give at least one message size")
+        raise InputError("", "sizes", "give at least one message size")
     if len(schedule.ranks) != topology.num_ranks:
         raise InputError("", "topology", f"the schedule has {len(schedule.ranks)} ranks but topology "
                          f"{topology.name!r} has {topology.num_ranks} gpus")
     name = name or default_name(schedule)
     if not name or any(not (ch.isalnum() or ch in "-_.") for ch in name) or name == WORKLOAD_PREFIX:
-        raise InputError("", "--name", f"expected letters, digits, '-', '_' or '.' (and not {WORKLOAD_PREFIX!r}), "
+        raise InputError("", "name", f"expected letters, digits, '-', '_' or '.' (and not {WORKLOAD_PREFIX!r}), "
                          f"got {name!r}")
     if window is not None and window >= slices:
         window = None  # every slice of a transfer is in flight at once anyway
@@ -364,7 +364,7 @@ def import_chakra(prefix: str | Path, topology: Topology, collective: Kind | str
     if collective is None:
         named = metadata.get("collective")
         if not isinstance(named, str):
-            raise InputError(source, "collective", "the traces do not name their collective; pass --collective")
+            raise InputError(source, "collective", "the traces do not name their collective; give `collective`")
         collective = named
     kind = collective if isinstance(collective, Kind) else parse_kind(collective, source)
     name = topology_name or topology.name

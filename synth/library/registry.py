@@ -53,8 +53,8 @@ def build(spec: str) -> Topology:
     """Build a library topology from a spec such as ``dgx-a100:boxes=2``."""
     name, params = parse_spec(spec)
     if name not in LIBRARY:
-        raise InputError("", "topology", f"{spec!r} is neither a file nor a library name; "
-                         f"`synth topologies` lists the names")
+        raise InputError("", "topology", f"{spec!r} is neither a file nor a library name (the library has "
+                         f"{', '.join(LIBRARY)})")
     builder = LIBRARY[name].builder
     accepted = inspect.signature(builder).parameters
     for key in params:

@@ -111,13 +111,13 @@ class _DaskRunner:
             try:
                 self.client = Client(scheduler, timeout=f"{connect_timeout}s")
             except Exception as error:  # noqa: BLE001  (any failure to connect is the address's problem)
-                raise InputError("--scheduler", "", f"cannot reach a Dask scheduler at {scheduler!r} "
+                raise InputError("", "scheduler", f"cannot reach a Dask scheduler at {scheduler!r} "
                                  f"({error_text(error)})") from None
             try:
                 self.client.wait_for_workers(1, timeout=connect_timeout)
             except Exception:  # noqa: BLE001
                 self.client.close()
-                raise InputError("--scheduler", "", f"the Dask scheduler at {scheduler} has no workers "
+                raise InputError("", "scheduler", f"the Dask scheduler at {scheduler} has no workers "
                                  f"(waited {connect_timeout:g} s)") from None
             self.name = scheduler
         else:
@@ -197,14 +197,14 @@ def check_scheduler(address: str, timeout: float = 5.0) -> None:
         parts, port = None, None
     if parts is None or parts.scheme not in SCHEDULER_SCHEMES or len(text) > 1000 or not text.isprintable() or (
             parts.scheme in ("tcp", "tls", "ws", "wss") and (not parts.hostname or port is None)):
-        raise InputError("--scheduler", "", f"expected an address such as tcp://HOST:8786, got {text[:100]!r}")
+        raise InputError("", "scheduler", f"expected an address such as tcp://HOST:8786, got {text[:100]!r}")
     if parts.scheme not in ("tcp", "tls", "ws", "wss"):
         return
     try:
         with socket.create_connection((parts.hostname, port), timeout=min(timeout, 10.0)):
             pass
     except OSError as error:
-        raise InputError("--scheduler", "", f"cannot reach a Dask scheduler at {text!r} "
+        raise InputError("", "scheduler", f"cannot reach a Dask scheduler at {text!r} "
                          f"({error.strerror or type(error).__name__})") from None
 
 
@@ -295,14 +295,14 @@ def _check_run_options(scheduler: str | None, workers: int | None, flush_seconds
     """Refuse ``workers`` with an external scheduler, a worker count out of range, and durations that are
     not a number of seconds from 0 to 10^6."""
     if scheduler and workers is not None:
-        raise InputError("--workers", "", "sets the size of the local cluster; an external scheduler "
-                         "(--scheduler) brings its own workers")
+        raise InputError("", "workers", "sets the size of the local cluster; an external scheduler "
+                         "(`scheduler`) brings its own workers")
     if workers is not None and not 1 <= workers <= MAX_WORKERS:
-        raise InputError("--workers", "", f"expected 1 to {MAX_WORKERS}, got {workers}")
-    for name, value in (("--flush-seconds", flush_seconds), ("--connect-timeout", connect_timeout)):
+        raise InputError("", "workers", f"expected 1 to {MAX_WORKERS}, got {workers}")
+    for name, value in (("flush_seconds", flush_seconds), ("connect_timeout", connect_timeout)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 \
                 or value > 10**6:
-            raise InputError(name, "", f"expected a number of seconds from 0 to 1000000, got {value!r}")
+            raise InputError("", name, f"expected a number of seconds from 0 to 1000000, got {value!r}")
 
 
 def _missing_tasks(sweep: Sweep, kept: list[Row]) -> list[Task]:

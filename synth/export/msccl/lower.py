@@ -65,9 +65,9 @@ def _options(schedule: Schedule, proto: str | None, limits: MscclLimits | None, 
             if isinstance(schedule.params.get("plan"), dict) else None
         proto = pinned_protocol if pinned_protocol in PROTOCOLS else "Simple"
     if proto not in PROTOCOLS:
-        raise InputError("", "--proto", f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}")
+        raise InputError("", "proto", f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}")
     if min_bytes < 0 or max_bytes <= min_bytes:
-        raise InputError("", "--max-bytes", f"expected 0 <= minBytes < maxBytes, got {min_bytes} and {max_bytes}")
+        raise InputError("", "max_bytes", f"expected 0 <= minBytes < maxBytes, got {min_bytes} and {max_bytes}")
     if not schedule.transfers:
         raise InputError("", "transfers", "the schedule has no transfers")
     return proto, limits
@@ -143,16 +143,16 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
 def _limit_message(schedule: Schedule, violation: LimitViolation, limits: MscclLimits) -> str:
     fixes = []
     if violation.limit == "steps per threadblock":
-        fixes.append(f"use fewer chunks (the schedule has {schedule.chunks}; e.g. synth generate --chunks "
-                     f"{max(1, schedule.chunks // 2)})")
+        fixes.append(f"use fewer chunks (the schedule has {schedule.chunks}; e.g. generate it with the option "
+                     f"chunks={max(1, schedule.chunks // 2)})")
         if limits.max_channels < 32:
-            fixes.append("allow more channels (--max-channels, up to 32)")
-        fixes.append(f"raise --max-steps if your MSCCL build allows more than {limits.max_steps - 1} steps")
+            fixes.append("allow more channels (`max_channels`, up to 32)")
+        fixes.append(f"raise `max_steps` if your MSCCL build allows more than {limits.max_steps - 1} steps")
     else:
         fixes.append("use fewer channels or a schedule with fewer peers per gpu")
         if violation.limit == "threadblocks per gpu":
-            fixes.append(f"pass --sms for a gpu with more than {limits.sms} SMs")
+            fixes.append(f"raise `sms` for a gpu with more than {limits.sms} SMs")
     if schedule.algorithm.startswith("forest") or "tree" in schedule.algorithm:
-        fixes.insert(0, "pack fewer trees (the forest algorithm's --option max_trees_per_root=K with a smaller K)")
+        fixes.insert(0, "pack fewer trees (the forest algorithm's option max_trees_per_root=K with a smaller K)")
     return (f"the schedule does not fit the MSCCL runtime: {violation} (tried 1 to {limits.max_channels} channels). "
             f"Fix: " + "; or ".join(fixes))

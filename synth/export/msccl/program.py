@@ -35,9 +35,9 @@ class MscclLimits:
 
     def check(self) -> None:
         """Reject impossible settings with a clear message."""
-        for name, value, lower, upper in (("--max-channels", self.max_channels, 1, 32),
-                                          ("--max-tbs-per-channel", self.max_tbs_per_channel, 1, 1024),
-                                          ("--sms", self.sms, 1, 100_000), ("--max-steps", self.max_steps, 2, 1 << 20)):
+        for name, value, lower, upper in (("max_channels", self.max_channels, 1, 32),
+                                          ("max_tbs_per_channel", self.max_tbs_per_channel, 1, 1024),
+                                          ("sms", self.sms, 1, 100_000), ("max_steps", self.max_steps, 2, 1 << 20)):
             if not lower <= value <= upper:
                 raise InputError("", name, f"expected {lower}..{upper}, got {value}")
 
