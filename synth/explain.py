@@ -32,9 +32,6 @@ from synth.plan import Plan
 from synth.schedule import REDUCE, Schedule, Transfer
 from synth.topology import Topology
 
-#: Algorithms whose schedules are best read tree by tree.
-TREE_ALGORITHMS = frozenset({"forest", "tree", "binomial"})
-
 
 @dataclass(frozen=True)
 class Move:
@@ -129,11 +126,6 @@ class Explanation:
     params: dict[str, Any] = field(default_factory=dict)
     time_s: float | None = None
     plan: Plan | None = None
-
-    @property
-    def preferred_view(self) -> str:
-        """``"tree"`` for tree algorithms, else ``"step"``."""
-        return "tree" if self.algorithm in TREE_ALGORITHMS else "step"
 
     @property
     def lower_bound_s(self) -> float:

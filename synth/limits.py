@@ -168,7 +168,7 @@ def graph_work(num_ranks: int, num_links: int) -> int:
 
 
 def check_graph_work(num_ranks: int, num_links: int, what: str,
-                     hint: str = "use a smaller topology, or --no-cut / another command") -> None:
+                     hint: str = "use a smaller topology") -> None:
     """Refuse an exact bound (or tree packing) whose :func:`graph_work` is over ``max_graph_work``."""
     check("max_graph_work", graph_work(num_ranks, num_links),
           f"{what} on {num_ranks:,} gpus and {num_links:,} directed links (gpus x links x log2 gpus)", hint)

@@ -58,7 +58,6 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import io
 import json
 import math
@@ -67,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synth.algorithms import REGISTRY, available
+from synth.algorithms import REGISTRY, available, lookup
 from synth.collectives import Kind, parse_kind
 from synth.compare import BASELINE_ALGORITHMS, Skipped, lower_bound, run_all
 from synth.errors import InputError
@@ -226,15 +225,11 @@ def candidates(kind: Kind, algorithms: Iterable[str] | None = None,
     ['ring', 'ring[channels=2]', 'ring[channels=auto]', 'tree', 'tree[shape=binomial]']
     """
     wanted = list(algorithms) if algorithms is not None else None
-    if wanted is not None:
-        unknown = [name for name in wanted if name not in REGISTRY]
-        if unknown:
-            raise InputError("", "algorithm", f"unknown algorithm(s) {', '.join(unknown)}; expected some of "
-                             f"{', '.join(REGISTRY)}")
+    for name in wanted or ():
+        lookup(name)
     user = {name: dict(values) for name, values in (options or {}).items()}
     for name in user:
-        if name not in REGISTRY:
-            raise InputError("", "option", f"options given for unknown algorithm {name!r}")
+        lookup(name, field="options")
     result: list[Candidate] = []
     seen: set[tuple[str, str]] = set()
     for algorithm in available(kind):
@@ -244,7 +239,7 @@ def candidates(kind: Kind, algorithms: Iterable[str] | None = None,
         if wanted is None and not include_slow and algorithm.slow:
             continue
         extra: dict[str, Any] = {}
-        if time_limit_s is not None and "time_limit_s" in _parameters(name):
+        if time_limit_s is not None and algorithm.time_limited:
             extra["time_limit_s"] = time_limit_s
         table = algorithm.variants if variants is None else variants.get(name, [{}])
         for variant in table or [{}]:
@@ -255,13 +250,6 @@ def candidates(kind: Kind, algorithms: Iterable[str] | None = None,
             seen.add(key)
             result.append(Candidate(_label(name, variant), name, merged, dict(variant)))
     return result
-
-
-def _parameters(name: str) -> set[str]:
-    try:
-        return set(inspect.signature(REGISTRY[name].load()).parameters)
-    except (ImportError, AttributeError):
-        return set()
 
 
 def tune(topology: Topology, collective: Kind | str, sizes: Iterable[int] | None = None,

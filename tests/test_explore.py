@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from synth.algorithms import synthesize
+from synth.algorithms import reads_as, synthesize
 from synth.bounds import optimal_bound
 from synth.cli import app
 from synth.cli.common import VERBOSITY
@@ -107,8 +107,8 @@ def test_explain_trees_broadcast_and_allgather():
     found = trees(ring)
     assert sorted(t.root for t in found) == list(range(8))
     assert all(len(t.edges) == 7 and t.depth == 7 for t in found)
-    assert explain(broadcast, topo).preferred_view == "tree"
-    assert explain(ring, topo).preferred_view == "step"
+    assert reads_as(explain(broadcast, topo).algorithm) == "tree"
+    assert reads_as(explain(ring, topo).algorithm) == "step" == reads_as("imported-by-hand")
 
 
 def test_explain_json_round_trips():

@@ -121,3 +121,16 @@ def test_cli_errors_are_one_line_with_exit_2(args, message):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_registry_facts_agree_with_the_functions():
+    import inspect
+
+    from synth.algorithms import REGISTRY
+
+    for algorithm in REGISTRY.values():
+        taken = inspect.signature(algorithm.load()).parameters
+        assert algorithm.time_limited == ("time_limit_s" in taken), algorithm.name
+        assert algorithm.size_sensitive == ("size" in taken), algorithm.name
+        for variant in algorithm.variants:
+            assert set(variant) <= set(taken), (algorithm.name, variant)

@@ -18,7 +18,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from synth.collectives import Kind, parse_kind
 from synth.errors import InputError, NotApplicable
@@ -52,6 +52,11 @@ class Algorithm:
         asked for by name (default False).
     variants : tuple of dict
         The option sets the tuner tries (``{}`` is the default options); default one, ``({},)``.
+    reads_as : {"step", "tree"}
+        How ``explain`` shows its schedules by default: step by step, or tree by tree (default "step").
+    time_limited : bool
+        It takes a ``time_limit_s`` option (a solver's wall-clock budget), which ``compare`` and ``tune``
+        pass on from their ``time_limit_s`` (default False).
     """
 
     name: str
@@ -61,6 +66,8 @@ class Algorithm:
     size_sensitive: bool = False
     slow: bool = False
     variants: tuple[Mapping[str, Any], ...] = field(default=({},))
+    reads_as: Literal["step", "tree"] = "step"
+    time_limited: bool = False
 
     def load(self) -> Callable[..., Schedule]:
         """Import and return the algorithm's function."""
@@ -72,10 +79,21 @@ REGISTRY: dict[str, Algorithm] = {}
 
 
 def register(name: str, target: str, collectives: set[Kind], summary: str, *, size_sensitive: bool = False,
-             slow: bool = False, variants: tuple[Mapping[str, Any], ...] = ({},)) -> None:
+             slow: bool = False, variants: tuple[Mapping[str, Any], ...] = ({},),
+             reads_as: Literal["step", "tree"] = "step", time_limited: bool = False) -> None:
     """Add an algorithm to the registry (``target`` is ``"module:function"``; the other fields are
     described in :class:`Algorithm`)."""
-    REGISTRY[name] = Algorithm(name, target, frozenset(collectives), summary, size_sensitive, slow, tuple(variants))
+    REGISTRY[name] = Algorithm(name, target, frozenset(collectives), summary, size_sensitive, slow, tuple(variants),
+                               reads_as, time_limited)
+
+
+def lookup(name: str, source: str = "", field: str = "algorithm") -> Algorithm:
+    """The registered algorithm called ``name``; an :class:`InputError` naming ``source`` and ``field``
+    and listing the names when there is none."""
+    entry = REGISTRY.get(name)
+    if entry is None:
+        raise InputError(source, field, f"unknown algorithm {name!r}; expected one of {', '.join(REGISTRY)}")
+    return entry
 
 
 register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
@@ -84,19 +102,27 @@ register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
 register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems",
          variants=({}, {"channels": 2}, {"channels": "auto"}))
 register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")
-register("binomial", "synth.algorithms.binomial:binomial", {BC, RD}, "binomial tree from/to the root")
+register("binomial", "synth.algorithms.binomial:binomial", {BC, RD}, "binomial tree from/to the root", reads_as="tree")
 register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "bandwidth-optimal spanning trees (ForestColl): meets the exact cut bound; "
-         "size=...: the trees per root (1 to the optimum) fastest at that size", size_sensitive=True)
+         "size=...: the trees per root (1 to the optimum) fastest at that size", size_sensitive=True, reads_as="tree")
 register("tree", "synth.algorithms.tree:tree", {AR}, "double binary tree, pipelined, chunks from size=... (shape=binomial: binomial tree)",
-         size_sensitive=True, variants=({}, {"shape": "binomial"}))
+         size_sensitive=True, variants=({}, {"shape": "binomial"}), reads_as="tree")
 register("rhd", "synth.algorithms.rhd:rhd", {AG, RS, AR}, "recursive halving-doubling (Rabenseifner), any N, rank mapping")
 register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N) rounds of doubling distance")
 register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")
 register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)",
          variants=({}, {"scheduler": "themis"}))
-register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: max concurrent flow LP (GLOP), rounded to chunks")
+register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: max concurrent flow LP (GLOP), rounded to chunks",
+         time_limited=True)
 register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
-         size_sensitive=True, slow=True)
+         size_sensitive=True, slow=True, time_limited=True)
+
+
+def reads_as(name: str) -> Literal["step", "tree"]:
+    """How schedules of the algorithm called ``name`` read best in ``explain``: its registry entry's
+    ``reads_as``, or ``"step"`` for a schedule no registered algorithm made (imported, hand-written)."""
+    entry = REGISTRY.get(name)
+    return entry.reads_as if entry is not None else "step"
 
 
 def available(kind: Kind | None = None) -> list[Algorithm]:
@@ -110,9 +136,7 @@ def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **opt
     Common options: ``chunks`` (C), ``root`` (for broadcast and reduce). Others are algorithm-specific.
     """
     kind = collective if isinstance(collective, Kind) else parse_kind(collective)
-    entry = REGISTRY.get(algorithm)
-    if entry is None:
-        raise InputError("", "algorithm", f"unknown algorithm {algorithm!r}; expected one of {', '.join(REGISTRY)}")
+    entry = lookup(algorithm)
     if kind not in entry.collectives:
         supported = ", ".join(sorted(k.value for k in entry.collectives))
         raise NotApplicable(f"algorithm {algorithm!r} does not do {kind}; it does {supported}")

@@ -222,6 +222,7 @@ def explain_command(
 ) -> None:
     """Summarize a schedule: per step or per tree what moves where, the busiest links, and the critical
     path (longest dependency chain) with its α-β time, beside the congestion bound."""
+    from synth.algorithms import reads_as
     from synth.explain import compress, explain
 
     command_verbosity(quiet, verbose)
@@ -238,7 +239,7 @@ def explain_command(
     if as_json:
         print_json(summary.to_dict())
         return
-    view = summary.preferred_view if by == "auto" else by
+    view = reads_as(summary.algorithm) if by == "auto" else by
     console.print(f"[bold]{shown(summary.algorithm)} {summary.collective}[/bold] on {shown(topo.name)}: {summary.ranks} ranks, "
                   f"{summary.chunks} chunks, {summary.transfers} transfers, {_plural(summary.depth, 'step')} deep (verified)")
     if view == "step":

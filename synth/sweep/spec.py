@@ -196,24 +196,21 @@ def _collective_kinds(collectives: list[str], source: str) -> list[str]:
 def _algorithm_names(names: list[str] | None, options: dict[str, dict[str, Any]], source: str) -> list[str]:
     """The listed algorithms (default: every registered one), each registered and listed once; the
     ``options`` must name registered algorithms too."""
-    from synth.algorithms import REGISTRY
+    from synth.algorithms import REGISTRY, lookup
 
     if names is None:
         algorithms = list(REGISTRY)
     else:
         algorithms = []
         for index, name in enumerate(names):
-            if name not in REGISTRY:
-                raise InputError(source, f"algorithms.{index}", f"unknown algorithm {name!r}; expected one of "
-                                 f"{', '.join(REGISTRY)}")
+            lookup(name, source, f"algorithms.{index}")
             if name in algorithms:
                 raise InputError(source, f"algorithms.{index}", f"duplicate algorithm {name!r}")
             algorithms.append(name)
         if not algorithms:
             raise InputError(source, "algorithms", "expected at least one algorithm (or leave the field out)")
     for name in options:
-        if name not in REGISTRY:
-            raise InputError(source, f"options.{name}", f"unknown algorithm {name!r}")
+        lookup(name, source, f"options.{name}")
     return algorithms
 
 

@@ -56,7 +56,7 @@ def _levels(schedule: Schedule) -> list[int]:
                 progressed = True
         remaining -= done
         if not progressed:
-            raise InputError("", "deps", "the schedule's dependencies form a cycle (run synth verify)")
+            raise InputError("", "deps", "the schedule's dependencies form a cycle (the verifier refuses this schedule)")
     return level
 
 
@@ -150,7 +150,7 @@ def _replay(schedule: Schedule, order: list[int], placement: _Placement,
         target = (t.dst, t.chunk) if t.dst_scratch is None else (t.dst, -1 - t.dst_scratch)
         if source not in loc:
             raise InputError("", f"transfers.{tid}", f"rank {t.src} sends chunk {t.chunk} it never holds "
-                             "(run synth verify)")
+                             "(the verifier refuses this schedule)")
         replay.src_loc[tid] = loc[source]
         if source in writer:
             readers.setdefault(writer[source], []).append(tid)
@@ -158,7 +158,7 @@ def _replay(schedule: Schedule, order: list[int], placement: _Placement,
         if t.op == REDUCE:
             if target not in loc:
                 raise InputError("", f"transfers.{tid}", f"reduce into rank {t.dst} chunk {t.chunk}, which holds "
-                                 "nothing (run synth verify)")
+                                 "nothing (the verifier refuses this schedule)")
             replay.operand_loc[tid] = loc[target]
             if previous is not None:
                 readers.setdefault(previous, []).append(tid)

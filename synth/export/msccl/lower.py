@@ -152,7 +152,7 @@ def _limit_message(schedule: Schedule, violation: LimitViolation, limits: MscclL
         fixes.append("use fewer channels or a schedule with fewer peers per gpu")
         if violation.limit == "threadblocks per gpu":
             fixes.append(f"raise `sms` for a gpu with more than {limits.sms} SMs")
-    if schedule.algorithm.startswith("forest") or "tree" in schedule.algorithm:
+    if any(key.endswith("_trees_per_root") for key in schedule.params):  # a packing of spanning trees (forest)
         fixes.insert(0, "pack fewer trees (the forest algorithm's option max_trees_per_root=K with a smaller K)")
     return (f"the schedule does not fit the MSCCL runtime: {violation} (tried 1 to {limits.max_channels} channels). "
             f"Fix: " + "; or ".join(fixes))

@@ -100,7 +100,7 @@ class _GpuSteps:
                 target = self.placed.get(("recv", dep) if d.dst == g else ("send", dep))
                 if target is None:
                     raise InputError("", f"transfers.{op.tid}", f"depends on transfer {dep}, which comes later "
-                                     "in the order (run synth verify)")
+                                     "in the order (the verifier refuses this schedule)")
                 if target[0] != b and clock.get(target[0], -1) < target[1]:
                     needs[target[0]] = max(needs.get(target[0], -1), target[1])
         return needs
