@@ -20,9 +20,9 @@ if __package__ in (None, ""):
 
 from bench import Table, peak_memory, timed  # noqa: E402
 from synth.algorithms.forest import forest, plan  # noqa: E402
-from synth.algorithms.forest.bound import cut_bound, lcd_trees, optimal_tree_counts  # noqa: E402
-from synth.algorithms.forest.network import Network  # noqa: E402
 from synth.collectives import Kind  # noqa: E402
+from synth.cuts.allgather import cut_bound, lcd_trees, optimal_tree_counts  # noqa: E402
+from synth.cuts.network import Network  # noqa: E402
 from synth.evaluate import congestion  # noqa: E402
 from synth.library import load_topology  # noqa: E402
 from synth.topology import Topology  # noqa: E402

@@ -33,9 +33,10 @@ if __package__ in (None, ""):
 
 from bench import Table, over_budget, timed  # noqa: E402
 from synth.algorithms import REGISTRY, synthesize  # noqa: E402
-from synth.algorithms.mcf import alltoall_cut_bound, mcf, solve_alltoall_lp  # noqa: E402
+from synth.algorithms.mcf import mcf  # noqa: E402
 from synth.algorithms.milp import milp  # noqa: E402
 from synth.collectives import Kind  # noqa: E402
+from synth.cuts.alltoall import alltoall_cut_bound, solve_alltoall_lp  # noqa: E402
 from synth.evaluate import GIGA, congestion, evaluate  # noqa: E402
 from synth.library import load_topology  # noqa: E402
 from synth.verify import verify  # noqa: E402

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from synth.algorithms.forest.bound import CutBound, cut_bound, lcd_trees, optimal_tree_counts, rate_with_trees
-from synth.algorithms.forest.network import Network
-from synth.algorithms.mcf import AlltoallBound
 from synth.collectives import Kind
+from synth.cuts.allgather import CutBound, cut_bound, lcd_trees, optimal_tree_counts, rate_with_trees
+from synth.cuts.alltoall import AlltoallBound
+from synth.cuts.network import Network
 from synth.errors import InputError
 from synth.topology import Topology
 
@@ -245,8 +245,8 @@ def algbw_bound(topology: Topology, kind: Kind) -> float | None:
 def alltoall_bound(topology: Topology) -> AlltoallBound:
     """The optimal alltoall algbw (maximum concurrent flow LP, GLOP) beside the best cut bound found.
 
-    Returns an :class:`~synth.algorithms.mcf.AlltoallBound` (``lp_algbw_GBps``, ``cut``, ``gap``,
-    ``to_dict()``); see :mod:`synth.algorithms.mcf` for the LP and the cut candidates.
+    Returns an :class:`~synth.cuts.alltoall.AlltoallBound` (``lp_algbw_GBps``, ``cut``, ``gap``,
+    ``to_dict()``); see :mod:`synth.cuts.alltoall` for the LP and the cut candidates.
 
     Examples
     --------
@@ -255,7 +255,7 @@ def alltoall_bound(topology: Topology) -> AlltoallBound:
     >>> round(bound.lp_algbw_GBps, 9), bound.cut.algbw_GBps
     (3.125, Fraction(25, 8))
     """
-    from synth.algorithms.mcf import alltoall_bound as solve
+    from synth.cuts.alltoall import alltoall_bound as solve
 
     return solve(topology)
 
@@ -375,7 +375,7 @@ def _reach_s(topology: Topology, sources: list[int], targets: list[int]) -> floa
 def _min_cut_units(net: Network) -> tuple[int, int]:
     """(min over gpu sets S of B+(S), min of B-(S)) in the network's integer units, S holding some but not
     all gpus: max-flows from gpu 0 to every other gpu and back (every such S separates gpu 0 from one)."""
-    from synth.algorithms.forest.network import FlowSolver
+    from synth.cuts.network import FlowSolver
 
     solver = FlowSolver(net.num_nodes)
     for tail, head, units in zip(net.tails, net.heads, net.units, strict=True):

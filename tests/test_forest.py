@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 
 from synth.algorithms import synthesize
 from synth.algorithms.forest import forest, plan
-from synth.algorithms.forest.bound import CutOracle, bisect_bound, cut_bound, rate_with_trees
-from synth.algorithms.forest.network import FlowSolver, Network
 from synth.algorithms.forest.packing import pack_trees
-from synth.algorithms.forest.quotient import QuotientCutOracle, gpu_quotient
 from synth.algorithms.forest.splitting import _shortcut, split_switches
-from synth.algorithms.forest.symmetry import box_translation, free_group, gpu_orbits, powers
 from synth.bounds import algbw_bound, limited_trees, optimal_bound
 from synth.collectives import Kind
 from synth.compare import bandwidth_bound
+from synth.cuts.allgather import CutOracle, bisect_bound, cut_bound, rate_with_trees
+from synth.cuts.network import FlowSolver, Network
+from synth.cuts.quotient import QuotientCutOracle, gpu_quotient
+from synth.cuts.symmetry import box_translation, free_group, gpu_orbits, powers
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable, SynthError
 from synth.evaluate import congestion
 from synth.library import load_topology, shipped
@@ -260,7 +260,7 @@ def test_python_fallback_matches_compiled_max_flow(monkeypatch):
     topo = load_topology("dgx-a100:boxes=2")
     net = Network.from_topology(topo)
     compiled = cut_bound(net, [1] * 16)
-    import synth.algorithms.forest.network as network_module
+    import synth.cuts.network as network_module
 
     monkeypatch.setattr(network_module, "_SAFE_TOTAL", 0)
     python = cut_bound(net, [1] * 16)
@@ -375,7 +375,7 @@ def test_split_and_pack_respect_capacities(topo):
     net = Network.from_topology(topo)
     weights = [1] * net.num_compute
     bound = cut_bound(net, weights)
-    from synth.algorithms.forest.bound import lcd_trees, optimal_tree_counts
+    from synth.cuts.allgather import lcd_trees, optimal_tree_counts
 
     trees, capacities = next(optimal_tree_counts(net, weights, bound, lcd_trees(net, bound.rate)))
     logical = split_switches(net, capacities, weights, trees)

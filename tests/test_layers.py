@@ -29,7 +29,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 #: Layer -> modules; a package name covers its submodules unless a longer name is listed elsewhere.
 LAYERS: dict[str, tuple[str, ...]] = {
     "topology": ("synth.errors", "synth.limits", "synth.units", "synth.graphs", "synth.fileio", "synth.collectives",
-                 "synth.topology", "synth.library", "synth.routing", "synth.bounds", "synth.sketch",
+                 "synth.topology", "synth.library", "synth.routing", "synth.cuts", "synth.bounds", "synth.sketch",
                  "synth.proto"),
     "schedule": ("synth.schedule", "synth.rank_deps"),
     "simulation": ("synth.plan", "synth.flow", "synth.evaluate", "synth.trace", "synth.astra"),
@@ -51,14 +51,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 
 #: Wrong arrows still in the code, (importer, imported module) -> why it is not fixed yet.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    # The exact cut bound and the alltoall LP bound are properties of the topology, but their solvers live with
-    # the algorithms that meet them (forest's network/cut code, mcf's max-concurrent-flow LP). Fix: move
-    # algorithms/forest/{network,bound,quotient,symmetry}.py and mcf's bound LP into a topology-layer package.
-    ("synth.bounds", "synth.algorithms.forest.bound"): "cut bound solver lives in forest",
-    ("synth.bounds", "synth.algorithms.forest.network"): "cut bound's flow network lives in forest",
-    ("synth.bounds", "synth.algorithms.mcf"): "alltoall LP bound lives in mcf",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 _ORDER = list(LAYERS)
 
@@ -162,7 +155,8 @@ def test_checker_sees_lazy_and_relative_imports() -> None:
               "    if True:\n        from . import flow\n        from .cli import common\n")
     found = {target for target, _ in imports_of(source, "synth", all_modules())}
     assert found == {"synth.errors", "synth.algorithms", "synth.evaluate", "synth.flow", "synth.cli.common"}
-    assert layer_of("synth.algorithms.forest.bound") == "algorithms" and layer_of("synth") == "faces"
+    assert layer_of("synth.cuts.allgather") == "topology" and layer_of("synth.algorithms.forest.packing") == "algorithms"
+    assert layer_of("synth") == "faces"
     assert layer_of("synth.cli.basic") == "faces" and layer_of("synthetic") is None
 
 

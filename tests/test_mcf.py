@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from strategies import topologies
 
 from synth import Kind, load_topology, synthesize, verify
-from synth.algorithms.mcf import alltoall_bound, alltoall_cut_bound, mcf, solve_alltoall_lp
+from synth.algorithms.mcf import mcf
+from synth.cuts.alltoall import alltoall_bound, alltoall_cut_bound, solve_alltoall_lp
 from synth.errors import InfeasibleError, InputError, NotApplicable
 from synth.evaluate import GIGA, congestion
 

@@ -2,9 +2,9 @@
 
 For allgather every gpu broadcasts its shard down k out-trees (each carrying 1/k of it); the trees are
 packed so that no link carries more than its share, which makes the schedule's congestion time equal to
-the exact cut bound (see :mod:`synth.algorithms.forest.bound`). The pipeline:
+the exact cut bound (see :mod:`synth.cuts.allgather`). The pipeline:
 
-1. :mod:`~synth.algorithms.forest.bound`: the optimal rate x* and the bottleneck cut (parametric
+1. :mod:`~synth.cuts.allgather`: the optimal rate x* and the bottleneck cut (parametric
    max-flow), then the fewest trees per root k that reach it;
 2. :mod:`~synth.algorithms.forest.splitting`: switches are split off into logical gpu-to-gpu arcs
    that remember their physical paths;
@@ -29,7 +29,7 @@ max_trees_per_root : int, optional
 pipelined : bool
     Allreduce only: reduce then broadcast each chunk over the same tree.
 symmetric : bool, optional
-    Use box symmetry (boxes that are alike, :mod:`~synth.algorithms.forest.symmetry`): work for one box
+    Use box symmetry (boxes that are alike, :mod:`~synth.cuts.symmetry`): work for one box
     and copy it. Default: from 64 gpus on, when the topology has it.
 chunks : int, optional
     A multiple of the natural chunk count (N*k for allgather, reduce-scatter and allreduce, k for

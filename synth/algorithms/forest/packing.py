@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from synth.algorithms.forest.network import INFINITY, FlowSolver
+from synth.cuts.network import INFINITY, FlowSolver
 
 
 @dataclass

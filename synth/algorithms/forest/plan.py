@@ -8,17 +8,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from synth.algorithms.forest.bound import (
+from synth.algorithms.forest.packing import TreeClass, pack_trees
+from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
+from synth.cuts.allgather import (
     CutBound,
     cut_bound,
     lcd_trees,
     optimal_tree_counts,
     rate_with_trees,
 )
-from synth.algorithms.forest.network import Network
-from synth.algorithms.forest.packing import TreeClass, pack_trees
-from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
-from synth.algorithms.forest.symmetry import box_translation, free_group, powers
+from synth.cuts.network import Network
+from synth.cuts.symmetry import box_translation, free_group, powers
 from synth.errors import InfeasibleError, InputError, LimitError
 from synth.topology import Topology
 
@@ -120,7 +120,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
                max_trees: int | None = None, symmetric: bool | None = None) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
 
-    ``symmetric``: use the box-translation symmetry (see :mod:`~synth.algorithms.forest.symmetry`) when
+    ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
     the topology has it: None (default) from :data:`SYMMETRY_MIN_GPUS` gpus on, True whenever possible,
     False never. It needs one root per gpu (allgather, reduce-scatter, allreduce)."""
     started = time.perf_counter()
@@ -166,8 +166,8 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
 
 
 def symmetry_group(net: Network, topology: Topology, weights: list[int]) -> list[list[int]] | None:
-    """The larger of the box translations (:func:`~synth.algorithms.forest.symmetry.box_translation`) and
-    the free rotation group (:func:`~synth.algorithms.forest.symmetry.free_group`), or None."""
+    """The larger of the box translations (:func:`~synth.cuts.symmetry.box_translation`) and
+    the free rotation group (:func:`~synth.cuts.symmetry.free_group`), or None."""
     sigma = box_translation(net, topology)
     boxes = powers(sigma) if sigma is not None else None
     rotations = free_group(net, weights)

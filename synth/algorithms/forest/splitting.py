@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from synth.algorithms.forest.network import FlowSolver, Network
+from synth.cuts.network import FlowSolver, Network
 
 Path = tuple[int, ...]
 
@@ -306,12 +306,12 @@ def split_switches(net: Network, capacities: Sequence[int], weights: Sequence[in
                    group: list[list[int]] | None = None) -> LogicalGraph:
     """Remove every switch by edge splitting; return the logical gpu-to-gpu graph.
 
-    ``capacities`` are arc capacities in trees (e.g. :func:`~synth.algorithms.forest.bound.tree_capacities`)
+    ``capacities`` are arc capacities in trees (e.g. :func:`~synth.cuts.allgather.tree_capacities`)
     that pass the flow test for ``trees`` trees per unit of root weight. Raises :class:`SplitFailed` when
     a switch cannot be split off completely, which happens only when its ingress and egress differ.
     With ``group`` (the node permutations of an automorphism group that leaves ``capacities`` and
     ``weights`` invariant and moves gpus freely) switches are split an orbit at a time and every test asks
-    one gpu per orbit (see :mod:`~synth.algorithms.forest.symmetry`).
+    one gpu per orbit (see :mod:`~synth.cuts.symmetry`).
 
     Examples
     --------

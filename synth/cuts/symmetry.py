@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from synth.algorithms.forest.network import Network
+from synth.cuts.network import Network
 from synth.topology import Topology
 
 

@@ -27,9 +27,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from synth.algorithms.forest.network import FlowSolver, Network
-from synth.algorithms.forest.quotient import QuotientCutOracle, arrays, gpu_quotient
-from synth.algorithms.forest.symmetry import gpu_orbits
+from synth.cuts.network import FlowSolver, Network
+from synth.cuts.quotient import QuotientCutOracle, arrays, gpu_quotient
+from synth.cuts.symmetry import gpu_orbits
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ QUOTIENT_MAX_REPRESENTATIVES = 256
 
 def make_oracle(net: Network, weights: Sequence[int], symmetric: bool | None = None) -> CutOracle | QuotientCutOracle:
     """The flow test for ``net``: on quotient networks, one gpu per orbit, when the network has enough
-    symmetry (see :mod:`~synth.algorithms.forest.quotient`), else a max-flow per gpu on the network.
+    symmetry (see :mod:`~synth.cuts.quotient`), else a max-flow per gpu on the network.
 
     ``symmetric``: None (default) tries symmetry from :data:`QUOTIENT_MIN_GPUS` gpus on, True always,
     False never. Both tests give the same answers; only the time differs.

@@ -1,12 +1,12 @@
 """Quotient networks: exact max-flows on a fabric's symmetry classes instead of its nodes.
 
 The cut bound's flow test asks, for every gpu v, whether max-flow(s -> v) reaches a requirement (see
-:mod:`~synth.algorithms.forest.bound`). On a cluster of identical boxes, rails and pods two things make
+:mod:`~synth.cuts.allgather`). On a cluster of identical boxes, rails and pods two things make
 that cheap without giving up exactness:
 
 1. **One gpu per orbit.** An automorphism of the network that keeps every root's weight maps the flow
    problem for v onto the one for its image, so gpus in one orbit have the same max-flow value; the
-   test asks one representative per orbit (:func:`~synth.algorithms.forest.symmetry.gpu_orbits` finds
+   test asks one representative per orbit (:func:`~synth.cuts.symmetry.gpu_orbits` finds
    verified automorphisms).
 2. **A quotient per representative.** Take a partition of the nodes in which s and v are cells of their
    own and which is *equitable* for every bandwidth class: any two nodes of a cell A have, for every cell
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.algorithms.forest.network import FlowSolver, Network
+from synth.cuts.network import FlowSolver, Network
 
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
@@ -275,10 +275,10 @@ def gpu_quotient(net: Network, weights: Sequence[int], gpu: int) -> Quotient | N
 
 
 class QuotientCutOracle:
-    """:class:`~synth.algorithms.forest.bound.CutOracle`'s test on quotient networks, one per orbit.
+    """:class:`~synth.cuts.allgather.CutOracle`'s test on quotient networks, one per orbit.
 
     ``representatives`` are one gpu per orbit of a weight-preserving automorphism group (the caller's
-    promise; :func:`~synth.algorithms.forest.symmetry.gpu_orbits` keeps it); ``quotients`` their quotient
+    promise; :func:`~synth.cuts.symmetry.gpu_orbits` keeps it); ``quotients`` their quotient
     networks. Capacities passed to :meth:`configure` must be a function of the arc's bandwidth (every
     caller's are: multiples of it, or trees per link rounded down).
     """

@@ -69,7 +69,7 @@ class Network:
     out_arcs: list[list[int]] = field(init=False, repr=False)
     in_arcs: list[list[int]] = field(init=False, repr=False)
     #: Work derived from the network and kept with it (gpu orbits, refined partitions): see
-    #: :mod:`~synth.algorithms.forest.quotient`.
+    #: :mod:`~synth.cuts.quotient`.
     cache: dict = field(init=False, repr=False, default_factory=dict)
     #: Like ``cache`` for results that do not depend on the direction of the links (automorphisms,
     #: equitable partitions): shared by a topology's network and its reversed network.

@@ -1,0 +1,527 @@
+"""The alltoall bandwidth bound: maximum concurrent multi-commodity flow (an LP on GLOP) and the exact
+cut bound beside it. A property of the topology; :mod:`synth.algorithms.mcf` rounds the LP's flow into a
+schedule.
+
+The LP
+------
+Every ordered pair of gpus (s, d) must move n/N bytes. The *maximum concurrent flow* finds the largest
+rate λ (GB/s) that every pair can sustain at once on the real topology, switches included; the
+bandwidth-optimal alltoall time is then (n/N)/λ and its algbw N·λ.
+
+It is written arc-flow and *aggregated by source*: commodity s is the flow of everything gpu s sends,
+so there are N commodities instead of N², each with a flow variable per directed link::
+
+    maximize λ
+    subject to  Σ_s f_s(e) <= b(e)                         for every link e (GB/s)
+                out_s(s) - in_s(s) = (N-1)·λ               the source emits one λ per destination
+                in_s(v) - out_s(v) = λ                     every other gpu v keeps λ
+                in_s(w) - out_s(w) = 0                     switches store nothing
+                f >= 0
+
+Gpus as relays
+--------------
+The constraint at a gpu v ≠ s lets v forward what it does not keep, which is store-and-forward relaying
+(cut-through where the topology marks v as forwarding).
+This is what gives the *true* optimum of the bandwidth model: any schedule, relayed or not, is a flow of
+this form, so forbidding relays (``relays=False``: gpus are pure endpoints, flow may leave a gpu only
+from its own commodity) can only lower λ, and on switchless topologies such as DGX-1 it leaves pairs
+without any route at all. Relaying is therefore on by default. A second LP (``cleanup``) fixes λ at its
+optimum and minimizes the total hop-bytes, which removes flow cycles and detours, so a relay or an
+extra hop appears only where it buys throughput. A relayed path becomes separate transfers in the
+schedule: a copy to the relay gpu (which holds the chunk in a spare cell), then onwards with a dep.
+
+The cut bound
+-------------
+For any set S of nodes holding k of the N gpus, k(N-k) pairs must cross the links leaving S, so
+T >= k(N-k)(n/N)/B+(S): algbw <= N·B+(S)/(k(N-k)). :func:`alltoall_cut_bound` evaluates it exactly
+(fractions) over candidate gpu sets (every subset for N <= 12; otherwise singletons, boxes and unions of
+boxes, dimension slices, index halves and the cuts the LP saturates), each with the switch placement
+that minimizes B+(S) (a minimum cut). The LP optimum is never above the cut bound, and equals it on
+topologies such as one switch or 2 x NDv2, where the bottleneck is a cut.
+
+Examples
+--------
+>>> from synth.library import load_topology
+>>> bound = alltoall_bound(load_topology("switch:n=4,bandwidth=30"))
+>>> round(bound.lp_algbw_GBps, 6)
+40.0
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import networkx as nx
+
+from synth import limits
+from synth.errors import InfeasibleError, LimitError, NotApplicable, SynthError
+from synth.routing import chain_paths, neighbors
+from synth.topology import Topology
+
+#: Gpu counts up to which the cut bound tries every subset of gpus.
+EXHAUSTIVE_CUT_RANKS = 12
+
+
+@dataclass(frozen=True)
+class AlltoallFlow:
+    """An optimal alltoall flow: the rate every pair sustains and each pair's paths.
+
+    Attributes
+    ----------
+    pair_rate_GBps : float
+        λ, the rate (GB/s) every ordered pair of gpus sustains at once.
+    algbw_GBps : float
+        N·λ: the algbw of the bandwidth-optimal alltoall (n / optimal time).
+    paths : dict
+        ``(src_rank, dst_rank) -> ((node path, rate GB/s), ...)``; the rates of a pair sum to λ.
+    link_flow : dict
+        Total flow (GB/s) on each directed link.
+    relays : bool
+        Whether gpus were allowed to forward other gpus' data.
+    variables, constraints : int
+        Size of the LP.
+    solve_s : float
+        Wall time of the LP solves (not part of any schedule, so schedules stay deterministic).
+    """
+
+    pair_rate_GBps: float
+    algbw_GBps: float
+    paths: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]]
+    link_flow: dict[tuple[str, str], float]
+    relays: bool
+    variables: int
+    constraints: int
+    solve_s: float = field(compare=False)
+
+    def time(self, size: int) -> float:
+        """Optimal alltoall time in seconds for ``size`` bytes per rank (nccl-tests n)."""
+        return size / (self.algbw_GBps * 1e9)
+
+
+@dataclass(frozen=True)
+class CutBound:
+    """The best alltoall cut bound found: algbw <= N·B+(S)/(k(N-k)), exact.
+
+    Attributes
+    ----------
+    algbw_GBps : Fraction
+        The bound on algbw in GB/s.
+    gpus : tuple of int
+        The ranks inside the bottleneck cut S.
+    egress_GBps : Fraction
+        B+(S), the capacity leaving S (with the best switch placement).
+    candidates : int
+        How many gpu sets were tried.
+    exhaustive : bool
+        True when every subset of gpus was tried (so this is the best cut bound there is).
+    """
+
+    algbw_GBps: Fraction
+    gpus: tuple[int, ...]
+    egress_GBps: Fraction
+    candidates: int
+    exhaustive: bool
+
+
+@dataclass(frozen=True)
+class AlltoallBound:
+    """Alltoall bounds on one topology: the LP optimum beside the best cut bound.
+
+    ``lp_algbw_GBps`` is the exact optimum of the bandwidth model (what ``mcf`` reaches up to rounding);
+    ``cut.algbw_GBps`` is a simpler necessary bound, never below it.
+    """
+
+    topology: str
+    num_ranks: int
+    lp_algbw_GBps: float
+    cut: CutBound
+    relays: bool
+    solve_s: float = field(compare=False)
+
+    @property
+    def cut_algbw_GBps(self) -> float:
+        """The cut bound as a float (GB/s)."""
+        return float(self.cut.algbw_GBps)
+
+    @property
+    def gap(self) -> float:
+        """How far the cut bound lies above the LP optimum, relative (0 when they coincide)."""
+        gap = self.cut_algbw_GBps / self.lp_algbw_GBps - 1.0
+        return 0.0 if abs(gap) < 1e-9 else gap  # solver round-off
+
+    def time(self, size: int) -> float:
+        """Optimal alltoall time in seconds for ``size`` bytes per rank."""
+        return size / (self.lp_algbw_GBps * 1e9)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict for JSON output."""
+        return {"topology": self.topology, "collective": "alltoall", "num_ranks": self.num_ranks,
+                "lp_algbw_GBps": self.lp_algbw_GBps, "cut_algbw_GBps": self.cut_algbw_GBps,
+                "cut_algbw_exact": str(self.cut.algbw_GBps), "cut_gpus": list(self.cut.gpus),
+                "cut_egress_GBps": float(self.cut.egress_GBps), "cut_exhaustive": self.cut.exhaustive,
+                "cut_candidates": self.cut.candidates, "gap": self.gap, "relays": self.relays}
+
+
+# ------------------------------------------------------------------------------------------- LP
+def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = True,
+                      time_limit_s: float | None = None) -> AlltoallFlow:
+    """Solve the maximum concurrent flow for the alltoall demand with GLOP and decompose it into paths.
+
+    Parameters
+    ----------
+    topology : Topology
+    relays : bool
+        Let gpus forward other gpus' data (store-and-forward); see the module notes.
+    cleanup : bool
+        Re-solve at the optimal λ minimizing hop-bytes (shorter, cycle-free paths).
+    time_limit_s : float, optional
+        Wall-clock limit for each LP solve (default: :func:`synth.limits.solver_time_limit`).
+
+    Returns
+    -------
+    AlltoallFlow
+
+    Raises
+    ------
+    InfeasibleError
+        When some pair has no route (only possible with ``relays=False``).
+    LimitError
+        When the LP is too large or the solver runs out of time.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> round(solve_alltoall_lp(load_topology("ring:n=4,bandwidth=50")).algbw_GBps, 6)
+    100.0
+    """
+    from ortools.linear_solver import pywraplp
+
+    started = time.perf_counter()
+    n = topology.num_ranks
+    graph = topology.graph
+    edges = [(u, v) for u, v in graph.edges]
+    if not relays:
+        _check_switch_reachability(topology)
+    usable = _usable_links(topology, edges, relays)
+    num_variables = 1 + sum(len(c) for c in usable)
+    num_constraints = len(edges) + n * graph.number_of_nodes()
+    limits.check_milp(num_variables, num_constraints, f"the alltoall LP on {topology.name}",
+                      hint="use a smaller topology")
+    seconds = limits.solver_time_limit(time_limit_s)
+
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    if solver is None:  # pragma: no cover - GLOP ships with every OR-Tools build
+        raise NotApplicable("OR-Tools GLOP is not available")
+    solver.SetTimeLimit(int(seconds * 1000))
+    rate, flow = _concurrent_flow_lp(solver, topology, edges, usable)
+    solver.Maximize(rate)
+    _solve(solver, topology, "maximum concurrent flow")
+    best = rate.solution_value()
+    if best <= 0:
+        raise InfeasibleError(f"alltoall on {topology.name}: some pair of gpus has no route "
+                              f"({'with' if relays else 'without'} gpu relays)")
+    if cleanup:
+        _minimize_hop_bytes(solver, topology, rate, flow, best)
+
+    values = [{index: variable.solution_value() for index, variable in flow[s].items()} for s in range(n)]
+    link_flow = {edges[index]: sum(values[s].get(index, 0.0) for s in range(n)) for index in range(len(edges))}
+    paths: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]] = {}
+    for s in range(n):
+        paths.update(_decompose(topology, s, values[s], edges, best))
+    return AlltoallFlow(best, n * best, paths, link_flow, relays, num_variables, num_constraints,
+                        time.perf_counter() - started)
+
+
+def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool) -> list[list[int]]:
+    """Per commodity (source rank) s, the links its flow may use: those that do not enter s and (without
+    relays) do not leave another gpu unless that gpu forwards."""
+    usable: list[list[int]] = []
+    for s in range(topology.num_ranks):
+        source = topology.gpus[s]
+        chosen = []
+        for index, (u, v) in enumerate(edges):
+            if v == source:
+                continue
+            if not relays and u in topology.rank_of and u != source and not topology.forwards(u):
+                continue
+            chosen.append(index)
+        usable.append(chosen)
+    return usable
+
+
+def _concurrent_flow_lp(solver: Any, topology: Topology, edges: list[tuple[str, str]],
+                        usable: list[list[int]]) -> tuple[Any, list[dict[int, Any]]]:
+    """The maximum concurrent flow LP's variables and constraints: the rate λ, and per commodity s the
+    flow on each usable link; link capacities, and flow balance (the source emits (N-1)λ, every other gpu
+    absorbs λ, switches and relays conserve). Returns λ and the flow variables (commodity -> link -> var)."""
+    n = topology.num_ranks
+    graph = topology.graph
+    rate = solver.NumVar(0.0, solver.infinity(), "lambda")
+    flow: list[dict[int, Any]] = []
+    for s in range(n):
+        flow.append({e: solver.NumVar(0.0, solver.infinity(), f"f{s}_{e}") for e in usable[s]})
+    for index, (u, v) in enumerate(edges):
+        capacity = solver.Constraint(-solver.infinity(), float(graph.edges[u, v]["bandwidth"]))
+        for s in range(n):
+            variable = flow[s].get(index)
+            if variable is not None:
+                capacity.SetCoefficient(variable, 1.0)
+    out_edges: dict[str, list[int]] = {node: [] for node in graph.nodes}
+    in_edges: dict[str, list[int]] = {node: [] for node in graph.nodes}
+    for index, (u, v) in enumerate(edges):
+        out_edges[u].append(index)
+        in_edges[v].append(index)
+    for s in range(n):
+        source = topology.gpus[s]
+        for node in graph.nodes:
+            balance = solver.Constraint(0.0, 0.0)
+            for index in in_edges[node]:
+                if index in flow[s]:
+                    balance.SetCoefficient(flow[s][index], 1.0)
+            for index in out_edges[node]:
+                if index in flow[s]:
+                    balance.SetCoefficient(flow[s][index], -1.0)
+            if node == source:
+                balance.SetCoefficient(rate, float(n - 1))   # in - out + (N-1)λ = 0
+            elif node in topology.rank_of:
+                balance.SetCoefficient(rate, -1.0)           # in - out - λ = 0
+    return rate, flow
+
+
+def _minimize_hop_bytes(solver: Any, topology: Topology, rate: Any, flow: list[dict[int, Any]],
+                        best: float) -> None:
+    """Re-solve keeping λ at its optimum (to solver precision) with the fewest hop-bytes among optimal flows."""
+    rate.SetLb(best * (1 - 1e-9))
+    objective = solver.Objective()
+    objective.Clear()
+    for commodity in flow:
+        for variable in commodity.values():
+            objective.SetCoefficient(variable, 1.0)
+    objective.SetMinimization()
+    _solve(solver, topology, "hop-byte cleanup")
+
+
+def _solve(solver: Any, topology: Topology, what: str) -> None:
+    from ortools.linear_solver import pywraplp
+
+    status = solver.Solve()
+    if status == pywraplp.Solver.OPTIMAL:
+        return
+    if status == pywraplp.Solver.INFEASIBLE:
+        raise InfeasibleError(f"the alltoall LP ({what}) on {topology.name} is infeasible")
+    if status == pywraplp.Solver.NOT_SOLVED or status == pywraplp.Solver.FEASIBLE:
+        raise LimitError(f"the alltoall LP ({what}) on {topology.name} did not finish within the time limit; "
+                         "pass a larger time_limit_s")
+    raise SynthError(f"the alltoall LP ({what}) on {topology.name} failed (solver status {status})")
+
+
+def _check_switch_reachability(topology: Topology) -> None:
+    """Without relays every pair needs a route through switches and forwarding gpus; name a pair that has
+    none."""
+    for src in topology.ranks:
+        reachable = set(neighbors(topology, src))
+        for dst in topology.ranks:
+            if dst != src and dst not in reachable:
+                raise InfeasibleError(
+                    f"alltoall on {topology.name} without gpu relays: rank {dst} ({topology.gpus[dst]}) cannot be "
+                    f"reached from rank {src} ({topology.gpus[src]}) through switches and forwarding gpus only; "
+                    "allow relays=true")
+
+
+def _decompose(topology: Topology, source_rank: int, values: dict[int, float], edges: list[tuple[str, str]],
+               rate: float) -> dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]]:
+    """Split one source's aggregated flow into paths to each destination (fewest hops first)."""
+    tolerance = 1e-9 * max(rate, 1e-12)
+    residual: dict[str, dict[str, float]] = {}
+    for index, amount in values.items():
+        if amount > tolerance:
+            u, v = edges[index]
+            residual.setdefault(u, {})[v] = residual.setdefault(u, {}).get(v, 0.0) + amount
+    order = {node: i for i, node in enumerate(topology.graph.nodes)}
+    source = topology.gpus[source_rank]
+    result: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]] = {}
+    for dst_rank in topology.ranks:
+        if dst_rank == source_rank:
+            continue
+        target = topology.gpus[dst_rank]
+        remaining = rate
+        found: dict[tuple[str, ...], float] = {}
+        while remaining > 1e-7 * rate:
+            path = _bfs_path(residual, source, target, order, tolerance)
+            if path is None:
+                break
+            amount = min(remaining, *(residual[u][v] for u, v in zip(path, path[1:], strict=False)))
+            for u, v in zip(path, path[1:], strict=False):
+                residual[u][v] -= amount
+                if residual[u][v] <= tolerance:
+                    del residual[u][v]
+            found[path] = found.get(path, 0.0) + amount
+            remaining -= amount
+        if remaining > 1e-7 * rate:
+            # numerical leftovers of the LP: route the rest on the default shortest path
+            hops = chain_paths(topology, source_rank, dst_rank)
+            fallback = hops[0] + tuple(node for hop in hops[1:] for node in hop[1:])
+            found[fallback] = found.get(fallback, 0.0) + remaining
+        total = sum(found.values())
+        result[(source_rank, dst_rank)] = tuple((path, amount * rate / total) for path, amount in found.items())
+    return result
+
+
+def _bfs_path(residual: dict[str, dict[str, float]], source: str, target: str, order: dict[str, int],
+              tolerance: float) -> tuple[str, ...] | None:
+    parent: dict[str, str] = {source: source}
+    queue = deque([source])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(residual.get(node, {}), key=order.__getitem__):
+            if nxt in parent or residual[node][nxt] <= tolerance:
+                continue
+            parent[nxt] = node
+            if nxt == target:
+                path = [target]
+                while path[-1] != source:
+                    path.append(parent[path[-1]])
+                return tuple(reversed(path))
+            queue.append(nxt)
+    return None
+
+
+# ------------------------------------------------------------------------------------ cut bound
+def alltoall_cut_bound(topology: Topology, flow: AlltoallFlow | None = None) -> CutBound:
+    """The best alltoall cut bound over candidate gpu sets, exact (see the module notes).
+
+    Parameters
+    ----------
+    topology : Topology
+    flow : AlltoallFlow, optional
+        An LP solution whose saturated links suggest more candidate cuts.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> alltoall_cut_bound(load_topology("switch:n=8,bandwidth=50")).algbw_GBps
+    Fraction(400, 7)
+    """
+    n = topology.num_ranks
+    candidates, exhaustive = _cut_candidates(topology, flow)
+    cutter = _MinCut(topology)
+    best: tuple[Fraction, tuple[int, ...], Fraction] | None = None
+    for gpus in candidates:
+        k = len(gpus)
+        egress = cutter.egress(gpus)
+        bound = n * egress / (k * (n - k))
+        if best is None or bound < best[0]:
+            best = (bound, gpus, egress)
+    assert best is not None
+    return CutBound(best[0], best[1], best[2], len(candidates), exhaustive)
+
+
+def _cut_candidates(topology: Topology, flow: AlltoallFlow | None) -> tuple[list[tuple[int, ...]], bool]:
+    n = topology.num_ranks
+    everyone = frozenset(range(n))
+    seen: set[frozenset[int]] = set()
+    result: list[tuple[int, ...]] = []
+
+    def add(members: Iterable[int]) -> None:
+        group = frozenset(members)
+        if group and group != everyone and group not in seen:
+            seen.add(group)
+            result.append(tuple(sorted(group)))
+
+    if n <= EXHAUSTIVE_CUT_RANKS:
+        for size in range(1, n):
+            for group in itertools.combinations(range(n), size):
+                add(group)
+        return result, True
+    for rank in range(n):
+        add([rank])
+        add(everyone - {rank})
+    add(range(n // 2))
+    add(range(n // 2, n))
+    if topology.boxes is not None:
+        boxes: dict[int, list[int]] = {}
+        for rank, box in enumerate(topology.boxes):
+            boxes.setdefault(box, []).append(rank)
+        labels = sorted(boxes)
+        if len(labels) <= 10:
+            for size in range(1, len(labels)):
+                for chosen in itertools.combinations(labels, size):
+                    add(r for label in chosen for r in boxes[label])
+        else:
+            for start in range(len(labels)):
+                for width in range(1, len(labels)):
+                    add(r for label in labels[start:start + width] for r in boxes[label])
+    if topology.dimensions:
+        stride = 1
+        for dim in topology.dimensions:
+            for cut in range(1, dim.size):
+                add(r for r in range(n) if (r // stride) % dim.size < cut)
+            stride *= dim.size
+    if flow is not None:
+        graph = topology.graph
+        unsaturated = nx.DiGraph()
+        unsaturated.add_nodes_from(graph.nodes)
+        for (u, v), amount in flow.link_flow.items():
+            if amount < graph.edges[u, v]["bandwidth"] * (1 - 1e-6):
+                unsaturated.add_edge(u, v)
+        rank_of = topology.rank_of
+        for gpu in topology.gpus:
+            ahead = nx.descendants(unsaturated, gpu) | {gpu}
+            add(rank_of[g] for g in ahead if g in rank_of)
+            behind = nx.ancestors(unsaturated, gpu) | {gpu}
+            add(everyone - {rank_of[g] for g in behind if g in rank_of})
+    return result, False
+
+
+class _MinCut:
+    """B+(S) for a gpu set, minimized over where the switches go, with exact integer arithmetic."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        capacities = {(u, v): topology.exact_bandwidth(u, v) for u, v in topology.graph.edges}
+        self.scale = math.lcm(*(c.denominator for c in capacities.values())) if capacities else 1
+        self.capacities = {edge: int(c * self.scale) for edge, c in capacities.items()}
+        self.has_switches = bool(topology.switches)
+        if self.has_switches:
+            network = nx.DiGraph()
+            for (u, v), capacity in self.capacities.items():
+                network.add_edge(u, v, capacity=capacity)
+            self.network = network
+
+    def egress(self, gpus: tuple[int, ...]) -> Fraction:
+        inside = {self.topology.gpus[r] for r in gpus}
+        if not self.has_switches:
+            total = sum(c for (u, v), c in self.capacities.items() if u in inside and v not in inside)
+            return Fraction(total, self.scale)
+        network = self.network.copy()
+        for gpu in self.topology.gpus:
+            if gpu in inside:
+                network.add_edge("__source__", gpu)      # no capacity attribute: infinite
+            else:
+                network.add_edge(gpu, "__sink__")
+        value, _ = nx.minimum_cut(network, "__source__", "__sink__")
+        return Fraction(int(value), self.scale)
+
+
+def alltoall_bound(topology: Topology, relays: bool = True, time_limit_s: float | None = None) -> AlltoallBound:
+    """The alltoall LP optimum and the best cut bound beside it.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> bound = alltoall_bound(load_topology("switch:n=8,bandwidth=50"))
+    >>> round(bound.lp_algbw_GBps, 6), bound.cut.algbw_GBps, abs(bound.gap) < 1e-9
+    (57.142857, Fraction(400, 7), True)
+    """
+    started = time.perf_counter()
+    flow = solve_alltoall_lp(topology, relays=relays, time_limit_s=time_limit_s)
+    cut = alltoall_cut_bound(topology, flow)
+    return AlltoallBound(topology.name, topology.num_ranks, flow.algbw_GBps, cut, relays,
+                         time.perf_counter() - started)
