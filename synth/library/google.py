@@ -29,12 +29,7 @@ def tpu_v4(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = 45.0, latency: 
     >>> t.num_ranks, t.graph.out_degree("tpu0")
     (64, 6)
     """
-    sizes = dimension_sizes(dims, "dims", lengths=(3,))
-    bandwidth, latency = bandwidth_value(bandwidth, "bandwidth"), latency_value(latency, "latency")
-    gpus, switches, links, dimensions = dimension_product(["Ring"] * 3, sizes, [bandwidth] * 3, [latency] * 3, "tpu")
-    shape = "x".join(map(str, sizes))
-    return Topology.build("tpu-v4", gpus, switches, links, dimensions=dimensions, forwards=True,
-                          description=f"Google TPU v4 {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")
+    return _slice("tpu-v4", "v4", dims, bandwidth, latency)
 
 
 @entry("tpu-v5p", "Google TPU v5p slice: 3D torus of chips, 100 GB/s per ICI link and direction")
@@ -54,9 +49,14 @@ def tpu_v5p(dims: tuple[int, ...] = (4, 4, 4), bandwidth: float = TPU_V5P_ICI_GB
     >>> t.num_ranks, t.graph.out_degree("tpu0"), t.bandwidth("tpu0", "tpu1")
     (128, 6, 100.0)
     """
+    return _slice("tpu-v5p", "v5p", dims, bandwidth, latency)
+
+
+def _slice(name: str, generation: str, dims: tuple[int, ...], bandwidth: float, latency: float) -> Topology:
+    """A TPU slice: chips on a 3D torus with wrap-around, forwarding (the parameters checked by name)."""
     sizes = dimension_sizes(dims, "dims", lengths=(3,))
     bandwidth, latency = bandwidth_value(bandwidth, "bandwidth"), latency_value(latency, "latency")
     gpus, switches, links, dimensions = dimension_product(["Ring"] * 3, sizes, [bandwidth] * 3, [latency] * 3, "tpu")
     shape = "x".join(map(str, sizes))
-    return Topology.build("tpu-v5p", gpus, switches, links, dimensions=dimensions, forwards=True,
-                          description=f"Google TPU v5p {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")
+    return Topology.build(name, gpus, switches, links, dimensions=dimensions, forwards=True,
+                          description=f"Google TPU {generation} {shape} slice: 3D torus, {bandwidth} GB/s per ICI link")

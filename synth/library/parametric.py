@@ -34,11 +34,7 @@ def ring(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
     >>> ring(n=4).graph.number_of_edges()  # 4 links, both directions
     8
     """
-    n = integer_at_least(n, "n", 2)
-    bandwidth, latency = bandwidth_value(bandwidth, "bandwidth"), latency_value(latency, "latency")
-    gpus, switches, links, dims = dimension_product(["Ring"], [n], [bandwidth], [latency], "gpu")
-    return Topology.build("ring", gpus, switches, links, dimensions=dims, forwards=True,
-                          description=f"{n} gpus on a bidirectional ring, {bandwidth} GB/s and {latency} us per link")
+    return _one_dimension("ring", "Ring", "on a bidirectional ring", n, bandwidth, latency)
 
 
 @entry("fully-connected", "n gpus, a direct link between every pair (ASTRA-sim FullyConnected)")
@@ -53,11 +49,16 @@ def fully_connected(n: int = 8, bandwidth: float = 50.0, latency: float = 0.5) -
     >>> fully_connected(n=4).graph.number_of_edges()  # 6 pairs, both directions
     12
     """
+    return _one_dimension("fully-connected", "FullyConnected", "fully connected", n, bandwidth, latency)
+
+
+def _one_dimension(name: str, kind: str, shape: str, n: int, bandwidth: float, latency: float) -> Topology:
+    """``n`` forwarding gpus in one ASTRA-sim dimension of ``kind`` (the parameters checked by name)."""
     n = integer_at_least(n, "n", 2)
     bandwidth, latency = bandwidth_value(bandwidth, "bandwidth"), latency_value(latency, "latency")
-    gpus, switches, links, dims = dimension_product(["FullyConnected"], [n], [bandwidth], [latency], "gpu")
-    return Topology.build("fully-connected", gpus, switches, links, dimensions=dims, forwards=True,
-                          description=f"{n} gpus fully connected, {bandwidth} GB/s and {latency} us per link")
+    gpus, switches, links, dims = dimension_product([kind], [n], [bandwidth], [latency], "gpu")
+    return Topology.build(name, gpus, switches, links, dimensions=dims, forwards=True,
+                          description=f"{n} gpus {shape}, {bandwidth} GB/s and {latency} us per link")
 
 
 @entry("switch", "n gpus on one switch (ASTRA-sim Switch)")
