@@ -1,0 +1,248 @@
+"""Chakra export: per-rank traces, the workload and system files, and the scripts that run ASTRA-sim on them
+(see :mod:`synth.export.chakra`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synth.astra import AstraSystem, astra_system
+from synth.collectives import Kind
+from synth.errors import InputError, SynthError
+from synth.fileio import atomic_directory
+from synth.proto.et_def import CollectiveCommType
+from synth.schedule import Schedule
+from synth.topology import Topology
+from synth.trace import encode_rank, workload_bytes
+from synth.units import format_size
+
+CUSTOM_SLOT = {
+    Kind.ALLREDUCE: "all-reduce-implementation-custom",
+    Kind.REDUCESCATTER: "reduce-scatter-implementation-custom",
+    Kind.ALLGATHER: "all-gather-implementation-custom",
+    Kind.ALLTOALL: "all-to-all-implementation-custom",
+}
+WORKLOAD_PREFIX = "workload"
+#: Files every export folder holds: a folder with them is an earlier export, which a new export replaces whole.
+SIGNATURE = ("run_astrasim.sh", "NOTE.txt")
+REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+BINARY_AWARE = "AstraSim_Analytical_Congestion_Aware"
+BINARY_UNAWARE = "AstraSim_Analytical_Congestion_Unaware"
+
+
+@dataclass
+class EtSet:
+    """One written trace set (one message size)."""
+
+    size: int
+    folder: str
+    prefix: str
+    counts: dict[str, int]
+    predicted_ns: int | None
+    dropped_deps: int
+    #: predicted ``sys[i] finished`` of every rank (None when ASTRA-sim cannot describe the topology)
+    predicted_finish_ns: list[int] | None = None
+    #: ordering COMP nodes among the COMP nodes (see :func:`synth.astra.sequence_sends`)
+    order_nodes: int = 0
+
+
+@dataclass
+class ChakraExport:
+    """What :func:`export_chakra` wrote."""
+
+    folder: Path
+    name: str
+    sets: list[EtSet]
+    network: str | None
+    warnings: list[str] = field(default_factory=list)
+    command: str = ""
+    slices: int = 1
+    window: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {"folder": str(self.folder), "name": self.name, "network": self.network, "warnings": self.warnings,
+                "command": self.command, "slices": self.slices, "window": self.window,
+                "sets": [{"size": s.size, "folder": s.folder, "prefix": s.prefix, "nodes": s.counts,
+                          "order_nodes": s.order_nodes, "predicted_ns": s.predicted_ns,
+                          "predicted_finish_ns": s.predicted_finish_ns, "dropped_deps": s.dropped_deps}
+                         for s in self.sets]}
+
+
+def default_name(schedule: Schedule) -> str:
+    """The trace prefix used when none is given: ``<algorithm>_<collective>`` in safe characters."""
+    raw = f"{schedule.algorithm}_{schedule.kind.value}"
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in raw) or "schedule"
+
+
+def system_json(kind: Kind, prefix: str) -> str:
+    """ASTRA-sim's system configuration running trace set ``prefix`` as ``kind``'s custom implementation."""
+    slot = CUSTOM_SLOT.get(kind, CUSTOM_SLOT[Kind.ALLREDUCE])
+    data = {"scheduling-policy": "FIFO", "preferred-dataset-splits": 1, slot: [prefix], "local-mem-bw": 50}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], out_dir: str | Path,
+                  comp_duration_us: int | None = None, name: str | None = None, tag_base: int = 0,
+                  slices: int = 1, window: int | None = None) -> ChakraExport:
+    """Write the ASTRA-sim run folder for ``schedule`` at every size (see the module docstring).
+
+    ``slices`` and ``window`` lower an execution plan's slicing (:func:`synth.trace.schedule_to_et`);
+    the defaults write one message per transfer. Sizes whose messages ASTRA-sim cannot run are refused
+    (LimitError, nothing written).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> topo = load_topology("switch:n=4")
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     report = export_chakra(synthesize(topo, "allgather", "ring"), topo, [2**20], folder)
+    ...     sorted(p.name for p in Path(folder).iterdir())[:3]
+    ['NOTE.txt', 'network.yml', 'remote_memory.json']
+    """
+    from synth.astra import lower
+
+    sizes = list(dict.fromkeys(sizes))
+    if not sizes:
+        raise InputError("", "sizes", "give at least one message size")
+    if len(schedule.ranks) != topology.num_ranks:
+        raise InputError("", "topology", f"the schedule has {len(schedule.ranks)} ranks but topology "
+                         f"{topology.name!r} has {topology.num_ranks} gpus")
+    name = name or default_name(schedule)
+    if not name or any(not (ch.isalnum() or ch in "-_.") for ch in name) or name == WORKLOAD_PREFIX:
+        raise InputError("", "name", f"expected letters, digits, '-', '_' or '.' (and not {WORKLOAD_PREFIX!r}), "
+                         f"got {name!r}")
+    if window is not None and window >= slices:
+        window = None  # every slice of a transfer is in flight at once anyway
+    kind = schedule.kind
+    system, reason = astra_system(topology)
+    warnings: list[str] = []
+    notes: list[str] = []
+    if system is None:
+        warnings.append(f"ASTRA-sim cannot describe this topology: {reason}. The traces are written; run them "
+                        "on a network configuration of your own.")
+    elif system.npus != topology.num_ranks:
+        system = None
+        warnings.append("the topology's dimensions do not match its gpu count; no network.yml is written")
+    elif not system.congestion_aware:
+        notes.append("This system has several dimensions: ASTRA-sim's congestion-aware backend takes one, so "
+                     f"run_astrasim.sh uses {BINARY_UNAWARE} (no link contention; each message is charged in the "
+                     "first dimension where its ends differ).")
+    if kind not in CUSTOM_SLOT:
+        notes.append(f"ASTRA-sim has no custom-implementation slot for {kind}: the traces run through the "
+                     "all-reduce slot (the workload calls ALL_REDUCE), which only sets their timing.")
+    comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
+    dims = len(system.dims) if system is not None else 1
+    lowered = [lower(schedule, topology, size, comp_duration_us, tag_base, True, slices, window) for size in sizes]
+    sets: list[EtSet] = []
+    several = len(sizes) > 1
+    out = Path(out_dir)
+    with atomic_directory(out, signature=SIGNATURE, kind="`synth export chakra` output") as temp:
+        for size, low in zip(sizes, lowered, strict=True):
+            sub = format_size(size) if several else ""
+            folder = temp / sub if sub else temp
+            folder.mkdir(exist_ok=True)
+            program = low.program
+            for rank in range(program.num_ranks):
+                (folder / f"{name}.{rank}.et").write_bytes(encode_rank(program, rank))
+                (folder / f"{WORKLOAD_PREFIX}.{rank}.et").write_bytes(
+                    workload_bytes(kind, size, rank, dims, comm_type))
+            (folder / "system.json").write_text(system_json(kind, name), encoding="utf-8")
+            finish = [int(t) for t in low.result.finish_ns if t is not None] if system is not None else None
+            if finish is not None and len(finish) != program.num_ranks:
+                raise SynthError("the traces deadlock: " + "; ".join(low.result.unmatched[:5]))
+            if program.dropped_deps:
+                warnings.append(f"{format_size(size)}: {program.dropped_deps} dependencies between ranks that share "
+                                "no end of the transfer cannot be expressed in per-rank traces and were left out")
+            sets.append(EtSet(size, sub or ".", name, program.counts(), max(finish) if finish else None,
+                              program.dropped_deps, finish, program.order_nodes))
+        (temp / "remote_memory.json").write_text(json.dumps(REMOTE_MEMORY) + "\n", encoding="utf-8")
+        if system is not None:
+            (temp / "network.yml").write_text(system.yaml(), encoding="utf-8")
+        script, command = run_script(sets, system, several)
+        (temp / "run_astrasim.sh").write_text(script, encoding="utf-8")
+        (temp / "run_astrasim.sh").chmod(0o755)
+        if several:  # each size's folder runs on its own too
+            for item in sets:
+                own, _ = run_script([item], system, several=False, up="../")
+                (temp / item.folder / "run_astrasim.sh").write_text(own, encoding="utf-8")
+                (temp / item.folder / "run_astrasim.sh").chmod(0o755)
+        text = note_text(schedule, topology, system, warnings + notes, sets, slices, window)
+        (temp / "NOTE.txt").write_text(text, encoding="utf-8")
+    return ChakraExport(out, name, sets, system.yaml() if system else None, warnings + notes, command, slices, window)
+
+
+RUN_FUNCTION = r"""run() {  # folder, size, predicted finish per rank, where the shared configs are
+  local out got
+  out=$(cd "$1" && "$BIN" --workload-configuration=WORKLOAD --system-configuration=system.json \
+        --network-configuration="$4NETWORK" --remote-memory-configuration="$4remote_memory.json" 2>&1) || true
+  printf '%s\n' "$out" | grep -E 'finished,|rror|ssert' || true
+  [ -n "$3" ] || return 0
+  got=$(printf '%s\n' "$out" | sed -n 's/.*sys\[\([0-9]*\)\] finished, \([0-9]*\) cycles.*/\1 \2/p' \
+        | sort -n | cut -d' ' -f2 | tr '\n' ' ')
+  if [ "$got" = "$3 " ]; then echo "$2: every rank finished when synth predicted"
+  else echo "$2: ASTRA-sim reported [${got% }], synth predicted [$3]"; status=1; fi
+}"""
+
+
+def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up: str = "") -> tuple[str, str]:
+    """``run_astrasim.sh`` and the command line it runs (for the first set).
+
+    The script runs every set, prints ASTRA-sim's ``sys[i] finished`` lines and says whether every rank
+    finished when synth's ``astra`` model predicts; it exits 1 when one did not. ``up`` prefixes the
+    shared configuration files (``../`` for a size's own script inside a folder of several sizes).
+    """
+    binary = BINARY_UNAWARE if system is not None and not system.congestion_aware else BINARY_AWARE
+    network = "network.yml" if system is not None else "YOUR_NETWORK.yml"
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Run the exported schedule in ASTRA-sim 2.x's analytical backend.",
+        "# ASTRA_SIM: the simulator binary (built by astra-sim's build/astra_analytical/build.sh as",
+        f"#   build/astra_analytical/build/bin/{binary}); default: {binary} on PATH.",
+        "# Every rank prints 'sys[i] finished, T cycles' (1 cycle = 1 ns); this script compares them with",
+        "# synth's prediction and exits 1 when they differ.",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        f'BIN="${{ASTRA_SIM:-{binary}}}"',
+        "status=0",
+        RUN_FUNCTION.replace("WORKLOAD", WORKLOAD_PREFIX).replace("NETWORK", network),
+    ]
+    if system is None:
+        lines.append("# ASTRA-sim cannot describe this topology (see NOTE.txt): write YOUR_NETWORK.yml first.")
+    first = ""
+    for item in sets:
+        prefix = "../" if several else up
+        predicted = " ".join(str(t) for t in item.predicted_finish_ns) if item.predicted_finish_ns else ""
+        lines.append(f'run {item.folder if several else "."} {format_size(item.size)} "{predicted}" "{prefix}"')
+        command = (f"{binary} --workload-configuration={WORKLOAD_PREFIX} --system-configuration=system.json "
+                   f"--network-configuration={prefix}{network} --remote-memory-configuration={prefix}remote_memory.json")
+        first = first or command
+    lines.append("exit $status")
+    return "\n".join(lines) + "\n", first
+
+
+def note_text(schedule: Schedule, topology: Topology, system: AstraSystem | None, messages: list[str],
+              sets: list[EtSet], slices: int = 1, window: int | None = None) -> str:
+    """NOTE.txt: what was exported and anything the user must know before running it."""
+    lines = [f"{schedule.algorithm} {schedule.kind} on {topology.name} ({topology.num_ranks} ranks, "
+             f"{schedule.chunks} chunks, {len(schedule.transfers)} transfers), exported by synth."]
+    if slices > 1:
+        lines.append(f"Each transfer is {slices} messages (slices)"
+                     + (f", at most {window} in flight" if window is not None else "") + ".")
+    lines.append("")
+    for item in sets:
+        predicted = f"; synth's astra model predicts {item.predicted_ns} ns" if item.predicted_ns is not None else ""
+        lines.append(f"{format_size(item.size)}: {item.folder}/{item.prefix}.<rank>.et{predicted}")
+        if item.order_nodes:
+            lines.append(f"  {item.order_nodes} ordering nodes (COMP, 0 us, named order_after_*) fix the order of "
+                         "sends that share a link")
+    if system is not None:
+        lines += ["", "network.yml:", system.yaml().rstrip()]
+    if messages:
+        lines += ["", *messages]
+    return "\n".join(lines) + "\n"
