@@ -4,15 +4,11 @@ what running them prints now. Text outputs must match exactly; pictures loosely 
 each a PNG of about the same size).
 
 After changing a notebook or the code it shows, store fresh outputs with ``python -m tests.test_notebooks``.
-
-A notebook that needs a piece still being written (an algorithm, synth.bounds, an exporter) is skipped
-with a reason naming what is missing.
 """
 
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import struct
 from pathlib import Path
@@ -22,48 +18,14 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
-#: What each notebook needs beyond the core: "module" or "algorithm:name".
-NEEDS: dict[str, list[str]] = {
-    "01_quickstart.ipynb": [],
-    "02_optimal_trees.ipynb": ["synth.bounds", "algorithm:forest", "algorithm:tree"],
-    "03_alltoall_and_latency.ipynb": ["algorithm:mcf", "algorithm:milp", "algorithm:bruck", "algorithm:forest"],
-    "04_design_space.ipynb": ["synth.bounds"],
-    "05_to_astrasim_and_msccl.ipynb": ["synth.export.msccl", "synth.export.chakra"],
-}
 #: Largest stored notebook file, outputs (pictures included) and all.
 MAX_NOTEBOOK_BYTES = 600_000
 #: Pictures may differ this much in width or height (pixels) from the stored ones (fonts, library versions).
 IMAGE_SLACK = 0.1
 
 
-def missing(need: str) -> str | None:
-    """Why ``need`` is not available, or None when it is."""
-    if need.startswith("algorithm:"):
-        from synth.algorithms import REGISTRY
-
-        name = need.split(":", 1)[1]
-        if name not in REGISTRY:
-            return f"algorithm {name!r} is not registered yet"
-        try:
-            REGISTRY[name].load()
-        except (ImportError, AttributeError) as error:
-            return f"algorithm {name!r} does not load yet ({error})"
-        return None
-    try:
-        importlib.import_module(need)
-    except ImportError as error:
-        return f"module {need} is not available yet ({error})"
-    return None
-
-
 def notebook_paths() -> list[Path]:
     return sorted(NOTEBOOKS.glob("*.ipynb"))
-
-
-def test_every_planned_notebook_is_known():
-    names = {p.name for p in notebook_paths()}
-    assert "01_quickstart.ipynb" in names
-    assert names <= set(NEEDS), f"add the new notebook's needs to NEEDS: {names - set(NEEDS)}"
 
 
 def execute(path: Path, folder: Path) -> Any:
@@ -142,9 +104,6 @@ def test_notebook_runs_and_its_stored_outputs_are_current(path, tmp_path):
     nbformat = pytest.importorskip("nbformat", reason="nbformat is in the dev extra")
     pytest.importorskip("nbclient", reason="nbclient is in the dev extra")
     pytest.importorskip("ipykernel", reason="ipykernel is in the dev extra")
-    reasons = [why for need in NEEDS.get(path.name, []) if (why := missing(need))]
-    if reasons:
-        pytest.skip(f"{path.name} needs: " + "; ".join(reasons))
     notebook = execute(path, tmp_path)
     fresh = outputs(notebook)
     assert not any(kind == "error" for cell in fresh for kind, _ in cell), fresh
