@@ -41,21 +41,6 @@ def run_process(args: list[str], cwd: Path | None = None, env: dict[str, str] | 
     return Outcome(done.returncode, done.stdout, done.stderr)
 
 
-def has_command(*names: str) -> bool:
-    """True when ``synth NAME [SUBNAME]`` exists (importers are written by another engineer)."""
-    import typer.main
-
-    from synth.cli import app
-
-    command = typer.main.get_command(app)
-    for name in names:
-        commands = getattr(command, "commands", {})
-        if name not in commands:
-            return False
-        command = commands[name]
-    return True
-
-
 def assert_refused(outcome: Outcome, named: str, expect: str, out_dir: Path | None = None) -> str:
     """Exit code 2, exactly one stderr line ``error: ...`` naming ``named`` and saying ``expect``."""
     everything = outcome.out + outcome.err

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import assert_refused, has_command, run_cli, run_process
+from helpers import assert_refused, run_cli, run_process
 
 BAD = Path(__file__).resolve().parent / "data" / "bad"
 VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
@@ -83,9 +83,6 @@ def test_manifest_covers_the_corpus():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.file for c in CASES])
 def test_corpus_file_is_refused_cleanly(case, tmp_path, capsys, monkeypatch, request):
-    importer = {"network": "msccl"}.get(case.kind, case.kind)
-    if case.kind in ("msccl", "chakra", "network") and not has_command("import", importer):
-        pytest.xfail(f"`synth import {importer}` does not exist yet")
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     monkeypatch.chdir(tmp_path)
@@ -101,8 +98,6 @@ def test_corpus_file_is_refused_cleanly(case, tmp_path, capsys, monkeypatch, req
                                   "topo_deep_nesting.yaml"])
 def test_corpus_in_a_real_process(name, tmp_path):
     case = next(c for c in CASES if c.file == name)
-    if case.kind == "msccl" and not has_command("import", "msccl"):
-        pytest.xfail("`synth import msccl` does not exist yet")
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     args = commands_for(case, out_dir)[-1]
@@ -141,12 +136,11 @@ def test_missing_files(tmp_path, capsys, monkeypatch):
     assert_refused(run_cli(["show", str(missing)], capsys, monkeypatch), str(missing), "no such file")
     assert_refused(run_cli(["verify", str(missing)], capsys, monkeypatch), str(missing), "no such file")
     assert_refused(run_cli(["evaluate", str(missing)], capsys, monkeypatch), str(missing), "no such file")
-    if has_command("import", "msccl"):
-        missing_xml = tmp_path / "missing.xml"
-        outcome = run_cli(["import", "msccl", str(missing_xml), "-t", "switch:n=8", "-o", str(tmp_path / "o.json")],
-                          capsys, monkeypatch)
-        assert_refused(outcome, str(missing_xml), "no such file")
-        assert not (tmp_path / "o.json").exists()
+    missing_xml = tmp_path / "missing.xml"
+    outcome = run_cli(["import", "msccl", str(missing_xml), "-t", "switch:n=8", "-o", str(tmp_path / "o.json")],
+                      capsys, monkeypatch)
+    assert_refused(outcome, str(missing_xml), "no such file")
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_output_into_a_missing_folder(tmp_path, capsys, monkeypatch):
@@ -167,8 +161,6 @@ def test_unknown_library_names_and_parameters(capsys, monkeypatch):
 @pytest.mark.skipif(not (VECTORS / "astra-sim").is_dir(), reason=f"test vectors not found at {VECTORS}")
 @pytest.mark.parametrize("cut", ["half", "one_byte_short", "garbage_tail"])
 def test_truncated_copies_of_real_chakra_traces(cut, tmp_path, capsys, monkeypatch):
-    if not has_command("import", "chakra"):
-        pytest.xfail("`synth import chakra` does not exist yet")
     source = VECTORS / "astra-sim" / "custom_ring_allreduce_8npus_1MB"
     folder = tmp_path / "traces"
     folder.mkdir()
