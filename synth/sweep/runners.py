@@ -175,7 +175,7 @@ MAX_WORKERS = 512
 
 
 def check_scheduler(address: str, timeout: float = 5.0) -> None:
-    """Refuse a ``--scheduler`` address that is malformed or does not answer, in seconds rather than after
+    """Refuse a scheduler ``address`` that is malformed or does not answer, in seconds rather than after
     Dask's retries; nothing is written before it answers.
 
     Examples
@@ -184,7 +184,7 @@ def check_scheduler(address: str, timeout: float = 5.0) -> None:
     ...     check_scheduler("bogus://x")
     ... except InputError as error:
     ...     print(error)
-    --scheduler: expected an address such as tcp://HOST:8786, got 'bogus://x'
+    scheduler: expected an address such as tcp://HOST:8786, got 'bogus://x'
     """
     import socket
     from urllib.parse import urlsplit
