@@ -32,6 +32,7 @@ from synth.flow import simulate
 from synth.plan import AUTO_PROTOCOLS, PROTOCOL_COSTS, Plan, Protocol, make_plan, parse_protocol, pinned
 from synth.schedule import Schedule
 from synth.topology import Topology
+from synth.trees import TreeSchedule, link_chunks
 
 GIGA = 10**9
 MICRO = 1e-6
@@ -94,7 +95,27 @@ def congestion(schedule: Schedule, topology: Topology, top: int = 5) -> Congesti
         path = t.path
         for hop in zip(path, path[1:], strict=False):
             counts[hop] = counts.get(hop, 0) + 1
-    chunks = schedule.collective.chunks
+    return _congestion_report(counts, schedule.collective.chunks, topology, top)
+
+
+def tree_congestion(form: TreeSchedule, topology: Topology, top: int = 5) -> CongestionReport:
+    """:func:`congestion` of a trees-form schedule (:mod:`synth.trees`), from its trees: the same report
+    as for its expanded transfers, without building them.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms.forest import forest_trees
+    >>> from synth.collectives import Kind
+    >>> topo = load_topology("dgx1")
+    >>> form = forest_trees(topo, Kind.ALLGATHER)
+    >>> tree_congestion(form, topo) == congestion(form.expand(), topo)
+    True
+    """
+    return _congestion_report(link_chunks(form), form.collective.chunks, topology, top)
+
+
+def _congestion_report(counts: dict[tuple[str, str], int], chunks: int, topology: Topology, top: int) -> CongestionReport:
     per_link = {hop: Fraction(count, chunks) / (topology.exact_bandwidth(*hop) * GIGA) for hop, count in counts.items()}
     ranked = sorted(per_link.items(), key=lambda item: (-item[1], item[0]))
     worst = ranked[0][1] if ranked else Fraction(0)

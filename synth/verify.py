@@ -39,6 +39,7 @@ from synth.errors import VerificationError
 from synth.graphs import smallest_first_order
 from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
+from synth.trees import TreeSchedule
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def verify(schedule: Schedule, topology: Topology) -> VerifyReport:
     )
 
 
-def _check_ranks(schedule: Schedule, topology: Topology) -> None:
+def _check_ranks(schedule: Schedule | TreeSchedule, topology: Topology) -> None:
     if len(schedule.ranks) != topology.num_ranks:
         raise VerificationError(
             f"the schedule has {len(schedule.ranks)} ranks but topology {topology.name!r} has "

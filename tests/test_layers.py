@@ -31,10 +31,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "topology": ("synth.errors", "synth.limits", "synth.units", "synth.graphs", "synth.fileio", "synth.collectives",
                  "synth.topology", "synth.library", "synth.routing", "synth.cuts", "synth.bounds", "synth.sketch",
                  "synth.proto"),
-    "schedule": ("synth.schedule", "synth.rank_deps"),
+    "schedule": ("synth.schedule", "synth.trees", "synth.rank_deps"),
     "simulation": ("synth.plan", "synth.flow", "synth.evaluate", "synth.trace", "synth.astra"),
     "algorithms": ("synth.algorithms",),
-    "judges": ("synth.verify", "synth.explain"),
+    "judges": ("synth.verify", "synth.verify_trees", "synth.explain"),
     "exporters": ("synth.export",),
     "faces": ("synth", "synth.cli", "synth.compare", "synth.tune", "synth.sweep", "synth.catalog", "synth.draw"),
 }

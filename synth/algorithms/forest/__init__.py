@@ -57,39 +57,59 @@ from typing import Any
 
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
 from synth.algorithms.utils import make_collective
-from synth.collectives import Kind
+from synth.collectives import Collective, Kind
 from synth.errors import InputError, LimitError, NotApplicable
-from synth.schedule import COPY, REDUCE, Schedule, Transfer
+from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
+from synth.trees import BROADCAST, Tree, TreePhase, TreeSchedule, make_tree
 
 GIGA = 10**9
 
-__all__ = ["forest", "get_plan", "ForestPlan", "seconds_per_byte"]
+__all__ = ["forest", "forest_trees", "get_plan", "ForestPlan", "seconds_per_byte"]
+
+
+class _PathTable:
+    """The physical paths of a forest's tree arcs, numbered in the order first used."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, ...], int] = {}
+
+    def number(self, path: tuple[str, ...]) -> int:
+        found = self.index.get(path)
+        if found is None:
+            found = self.index[path] = len(self.index)
+        return found
+
+    def paths(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(self.index)
 
 
 class _PathCursor:
-    """Hands out the physical paths (node ids) of each logical arc, one tree copy at a time."""
+    """Hands out the physical paths (indices into a :class:`_PathTable`) of each logical arc, one tree
+    copy at a time: each logical arc's bundles in order, each bundle for as many copies as it carries."""
 
-    def __init__(self, plan: ForestPlan, backwards: bool) -> None:
+    def __init__(self, plan: ForestPlan, backwards: bool, table: _PathTable) -> None:
         self.names = plan.net.names
         self.paths = plan.logical.paths
         self.backwards = backwards
+        self.table = table
         self.position: dict[tuple[int, int], list[int]] = {}
-        self.named: dict[tuple[int, int], list[tuple[str, ...]]] = {}
+        self.numbered: dict[tuple[int, int], list[int]] = {}
 
-    def take(self, arc: tuple[int, int]) -> tuple[str, ...]:
+    def take(self, arc: tuple[int, int]) -> int:
         state = self.position.get(arc)
         if state is None:
             state = self.position[arc] = [0, 0]
             names = self.names
             step = -1 if self.backwards else 1
-            self.named[arc] = [tuple(names[v] for v in path[::step]) for path, _ in self.paths[arc]]
+            self.numbered[arc] = [self.table.number(tuple(names[v] for v in path[::step]))
+                                  for path, _ in self.paths[arc]]
         index = state[0]
         state[1] += 1
         if state[1] == self.paths[arc][index][1]:
             state[0] += 1
             state[1] = 0
-        return self.named[arc][index]
+        return self.numbered[arc][index]
 
 
 def seconds_per_byte(plan: ForestPlan) -> Fraction:
@@ -105,72 +125,21 @@ def _optimal_seconds_per_byte(plan: ForestPlan) -> Fraction:
     return Fraction(1, sum(plan.weights)) / (plan.optimum.rate * GIGA)
 
 
-def _emit_down(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[[int, int], range],
-               root_deps: Callable[[int, int], tuple[int, ...]] | None = None) -> None:
-    """Broadcast each chunk down its tree copy (copy transfers along physical paths)."""
-    cursor = _PathCursor(plan, backwards=False)
+def _tree_copies(plan: ForestPlan, chunks_of: Callable[[int, int], range], table: _PathTable,
+           backwards: bool) -> tuple[Tree, ...]:
+    """Every tree copy of the plan with the chunks it carries and its arcs' physical paths (in the
+    direction data moves: down the tree, or up it when ``backwards``)."""
+    cursor = _PathCursor(plan, backwards, table)
     copy_index = [0] * plan.net.num_compute
-    append = transfers.append
+    trees = []
     for tree in plan.classes:
         root = tree.root
         for _ in range(tree.copies):
-            paths = [cursor.take(arc) for arc in tree.arcs]
-            previous: dict[int, int] = {}  # the previous chunk of this tree copy, per receiving rank
-            for chunk in chunks_of(root, copy_index[root]):
-                start = root_deps(root, chunk) if root_deps else ()
-                at: dict[int, int] = {}
-                for (x, y), path in zip(tree.arcs, paths, strict=True):
-                    deps = (at[x],) if x in at else start
-                    if y in previous:  # a tree's chunks follow each other down every arc (pipelining)
-                        deps = tuple(sorted((*deps, previous[y])))
-                    tid = len(transfers)
-                    append(Transfer(tid, x, y, chunk, COPY, path, deps))
-                    at[y] = tid
-                previous = at
+            chunk_ids = chunks_of(root, copy_index[root])
+            trees.append(make_tree(root, chunk_ids.start, len(chunk_ids), tree.arcs,
+                                   [cursor.take(arc) for arc in tree.arcs]))
             copy_index[root] += 1
-
-
-def _emit_up(transfers: list[Transfer], plan: ForestPlan, chunks_of: Callable[[int, int], range]) -> dict[int, int]:
-    """Reduce each chunk up its tree copy toward the root; return the last transfer into the root per chunk.
-
-    A rank with several children receives them as a runtime does, all at once: the first child reduces
-    straight into the rank's cell, each further child copies into a fresh scratch slot of the rank and a
-    local reduce (no network time) folds the slot into the cell, the local reduces chained (the verifier
-    requires writes to a cell to be ordered). Chaining the children's transfers themselves would make each
-    slice wait for the previous child's, a pipeline as deep as the fan-in. A rank's transfer to its parent
-    waits for every reduction into it."""
-    cursor = _PathCursor(plan, backwards=True)
-    copy_index = [0] * plan.net.num_compute
-    scratch_used = [0] * plan.net.num_compute
-    finished: dict[int, int] = {}
-    append = transfers.append
-    for tree in plan.classes:
-        root = tree.root
-        for _ in range(tree.copies):
-            paths = [cursor.take(arc) for arc in tree.arcs]
-            previous: dict[int, int] = {}  # the previous chunk's transfer out of each rank, same tree copy
-            for chunk in chunks_of(root, copy_index[root]):
-                last_into: dict[int, int] = {}
-                sent: dict[int, int] = {}
-                for (x, y), path in zip(reversed(tree.arcs), reversed(paths), strict=True):
-                    deps = [last_into[y]] if y in last_into else []
-                    if y in previous:  # a tree's chunks follow each other up every arc (pipelining)
-                        deps.append(previous[y])
-                    tid = len(transfers)
-                    if x not in last_into:
-                        append(Transfer(tid, y, x, chunk, REDUCE, path, tuple(sorted(deps))))
-                        last_into[x] = sent[y] = tid
-                        continue
-                    slot = scratch_used[x]
-                    scratch_used[x] += 1
-                    append(Transfer(tid, y, x, chunk, COPY, path, tuple(sorted(deps)), dst_scratch=slot))
-                    append(Transfer(tid + 1, x, x, chunk, REDUCE, (path[-1],), (last_into[x], tid), src_scratch=slot))
-                    sent[y] = tid
-                    last_into[x] = tid + 1
-                finished[chunk] = last_into[root]
-                previous = sent
-            copy_index[root] += 1
-    return finished
+    return tuple(trees)
 
 
 def _block_chunks(block: int, per_copy: int) -> Callable[[int, int], range]:
@@ -320,8 +289,23 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
     return _with_params(schedule, extra)
 
 
-def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
-            pipelined: bool, symmetric: bool | None) -> Schedule:
+def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
+                 max_trees_per_root: int | None = None, pipelined: bool = False,
+                 symmetric: bool | None = None) -> TreeSchedule:
+    """The forest schedule in the compact trees form (:mod:`synth.trees`), without building its transfers.
+
+    Takes :func:`forest`'s options except ``size`` (choosing for a size runs the flow model on the
+    transfers). ``forest_trees(...).expand()`` is ``forest(...)``, transfer for transfer; the trees form
+    reaches the sizes where the transfers would not fit (16.8 million for an allgather on 4,096 gpus).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> topo = load_topology("dgx1")
+    >>> form = forest_trees(topo, Kind.ALLGATHER)
+    >>> form.num_transfers(), form.expand().transfers == forest(topo, Kind.ALLGATHER).transfers
+    (336, True)
+    """
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -332,7 +316,11 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
         raise InputError("", "symmetric", f"expected true or false, got {symmetric!r}")
     n = topology.num_ranks
     limit = max_trees_per_root
-    transfers: list[Transfer] = []
+    table = _PathTable()
+
+    def form(collective: Collective, params: dict[str, Any], phases: list[TreePhase]) -> TreeSchedule:
+        return TreeSchedule(collective, topology.name, topology.gpus, "forest", params, table.paths(), tuple(phases))
+
     if kind in (Kind.BROADCAST, Kind.REDUCE):
         root = 0 if root is None else root
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
@@ -344,11 +332,8 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
                          collective.chunks, {})
         every_copy = _block_chunks(0, per_copy)
         chunks_of = lambda _root, copy: every_copy(0, copy)  # noqa: E731  (every tree has the one root)
-        if kind == Kind.BROADCAST:
-            _emit_down(transfers, plan, chunks_of)
-        else:
-            _emit_up(transfers, plan, chunks_of)
-        return Schedule(collective, topology.name, topology.gpus, "forest", params, tuple(transfers))
+        op = BROADCAST if kind == Kind.BROADCAST else REDUCE
+        return form(collective, params, [TreePhase(op, _tree_copies(plan, chunks_of, table, op == REDUCE))])
 
     if root is not None:
         raise InputError("", "root", f"{kind} takes no root")
@@ -358,12 +343,9 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
         collective = make_collective(topology, kind, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
                          collective.chunks, {})
-        chunks_of = _block_chunks(plan.trees * per_copy, per_copy)
-        if kind == Kind.ALLGATHER:
-            _emit_down(transfers, plan, chunks_of)
-        else:
-            _emit_up(transfers, plan, chunks_of)
-        return Schedule(collective, topology.name, topology.gpus, "forest", params, tuple(transfers))
+        op = BROADCAST if kind == Kind.ALLGATHER else REDUCE
+        trees = _tree_copies(plan, _block_chunks(plan.trees * per_copy, per_copy), table, op == REDUCE)
+        return form(collective, params, [TreePhase(op, trees)])
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
@@ -382,7 +364,12 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
     optimal = _optimal_seconds_per_byte(gather) + _optimal_seconds_per_byte(scatter)
     params = _params({"reducescatter": scatter, "allgather": gather}, time_per_byte, optimal, collective.chunks,
                      {"pipelined": pipelined})
-    reduced = _emit_up(transfers, scatter, _block_chunks(block, block // scatter.trees))
-    _emit_down(transfers, gather, _block_chunks(block, block // gather.trees),
-               lambda _owner, chunk: (reduced[chunk],))
-    return Schedule(collective, topology.name, topology.gpus, "forest", params, tuple(transfers))
+    reduced = _tree_copies(scatter, _block_chunks(block, block // scatter.trees), table, True)
+    broadcast = _tree_copies(gather, _block_chunks(block, block // gather.trees), table, False)
+    return form(collective, params, [TreePhase(REDUCE, reduced), TreePhase(BROADCAST, broadcast)])
+
+
+def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
+            pipelined: bool, symmetric: bool | None) -> Schedule:
+    return forest_trees(topology, kind, chunks=chunks, root=root, max_trees_per_root=max_trees_per_root,
+                        pipelined=pipelined, symmetric=symmetric).expand()
