@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,7 @@ from synth.cli.common import (
     console,
     fmt_time,
     load_schedule,
+    load_stored_schedule,
     output_file,
     parse_options,
     plan_options,
@@ -31,8 +32,13 @@ from synth.cli.common import (
     verify_file,
     write_schedule,
 )
-from synth.collectives import parse_kind
+from synth.collectives import Kind, parse_kind
+from synth.errors import InputError
 from synth.units import format_size
+
+if TYPE_CHECKING:
+    from synth.topology import Topology
+    from synth.trees import TreeSchedule
 
 
 def register(app: typer.Typer) -> None:
@@ -94,6 +100,7 @@ def generate(
     root: Annotated[int | None, typer.Option("--root", help="root rank for broadcast and reduce")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-O", help="algorithm option key=value (repeatable)")] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
+    compact: Annotated[bool, typer.Option("--compact", help="write the trees form (forest only): the trees and their chunks, no transfer records; for schedules past a few million transfers")] = False,
 ) -> None:
     """Synthesize a schedule, verify it, and write it as synth JSON."""
     from synth.algorithms import synthesize
@@ -109,6 +116,9 @@ def generate(
         options["chunks"] = chunks
     if root is not None:
         options["root"] = root
+    if compact:
+        _generate_trees(topo, topology, kind, algorithm, options, output, no_verify)
+        return
     with _solver_status(algorithm, options):
         schedule = synthesize(topo, kind, algorithm, **options)
     if not no_verify:
@@ -119,6 +129,26 @@ def generate(
     summary = schedule.params.get("summary") if isinstance(schedule.params, dict) else None
     if isinstance(summary, str):  # what produced the result (milp: proven optimal, improved or the greedy plan)
         console.print(f"{algorithm}: {summary}", soft_wrap=True)
+
+
+def _generate_trees(topo: Topology, spec: str, kind: Kind, algorithm: str, options: dict[str, Any], output: str,
+                    no_verify: bool) -> None:
+    """``generate --compact``: forest's trees form, verified on the trees and written without transfers."""
+    from synth.algorithms.forest import forest_trees
+    from synth.verify_trees import verify_trees
+
+    if algorithm != "forest":
+        raise InputError("", "--compact", f"only forest writes the trees form, not {algorithm!r}")
+    if "size" in options:
+        raise InputError("", "--option", "size is not an option of the trees form (choosing for a size runs the "
+                         "flow model on the transfers); give max_trees_per_root instead")
+    form = forest_trees(topo, kind, **options)
+    report = None if no_verify else verify_trees(form, topo)
+    write_schedule(form, topo, spec, output, inputs=[spec])
+    trees = sum(len(phase.trees) for phase in form.phases)
+    console.print(f"wrote {shown(output)}: forest {kind} on {shown(topo.name)} in the trees form, {trees} trees, "
+                  f"{form.num_transfers()} transfers when expanded, {form.chunks} chunks"
+                  + ("" if report is None else ", verified"))
 
 
 def _solver_status(algorithm: str, options: dict[str, object]) -> Any:
@@ -160,8 +190,14 @@ def verify_command(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check a schedule exactly: paths, ordering, races, double reductions, postconditions."""
-    schedule = load_schedule(schedule_file)
-    topo = schedule_topology(schedule, topology, schedule_file)
+    from synth.trees import TreeSchedule
+
+    stored = load_stored_schedule(schedule_file)
+    topo = schedule_topology(stored, topology, schedule_file)
+    if isinstance(stored, TreeSchedule):
+        _verify_trees_file(stored, topo, schedule_file, as_json)
+        return
+    schedule = stored
     report = verify_file(schedule, topo, schedule_file)
     if as_json:
         print_json({"ok": True, "transfers": report.transfers, "depth": report.depth,
@@ -169,6 +205,22 @@ def verify_command(
         return
     console.print(f"OK: {shown(schedule_file)} is a correct {schedule.kind} on {shown(topo.name)} "
                   f"({report.transfers} transfers, dependency depth {report.depth})")
+
+
+def _verify_trees_file(form: TreeSchedule, topo: Topology, path: str, as_json: bool) -> None:
+    from synth.errors import VerificationError
+    from synth.verify_trees import verify_trees
+
+    try:
+        report = verify_trees(form, topo)
+    except VerificationError as error:
+        raise VerificationError(f"{path}: {error}") from None
+    if as_json:
+        print_json({"ok": True, "form": "trees", "transfers": report.transfers, "trees": report.trees,
+                    "max_tree_depth": report.max_tree_depth, "max_chunks_on_a_link": report.max_chunks_on_a_link})
+        return
+    console.print(f"OK: {shown(path)} is a correct {form.kind} on {shown(topo.name)} (trees form: {report.trees} "
+                  f"trees, {report.transfers} transfers when expanded, deepest tree {report.max_tree_depth} arcs)")
 
 
 def evaluate_command(

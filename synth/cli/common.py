@@ -19,6 +19,7 @@ from synth.units import parse_size
 if TYPE_CHECKING:  # the CLI imports the model where a command needs it, so `synth --help` stays fast
     from synth.schedule import Schedule
     from synth.topology import Topology
+    from synth.trees import TreeSchedule
 
 #: ``--csv`` given: tables go to stdout as CSV and everything else the command prints goes to stderr.
 CSV_MODE = {"on": False}
@@ -129,15 +130,32 @@ def output_file(path: str, option: str = "--output", inputs: Sequence[str | None
 
 
 def load_schedule(path: str) -> Schedule:
-    """Load a schedule file named on the command line."""
-    from synth.schedule import Schedule
+    """Load a schedule file named on the command line; a trees-form file (:mod:`synth.trees`) is
+    expanded into its transfers (refused, with a clear message, over the ``max_transfers`` limit)."""
+    from synth.trees import TreeSchedule
+
+    stored = load_stored_schedule(path)
+    if isinstance(stored, TreeSchedule):
+        from synth.errors import LimitError
+
+        try:
+            return stored.expand()
+        except LimitError as error:
+            raise InputError(path, "trees", f"{error}; this command needs the transfers. `synth verify` reads the "
+                             "trees form as it is") from None
+    return stored
+
+
+def load_stored_schedule(path: str) -> Schedule | TreeSchedule:
+    """Load a schedule file as it is stored: transfers, or the trees form."""
+    from synth.trees import read_schedule
 
     if not Path(path).exists():
         raise InputError(path, "", "no such file")
-    return Schedule.from_file(path)
+    return read_schedule(path)
 
 
-def check_made_for(schedule: Schedule, topology: Topology, path: str, where: str) -> Topology:
+def check_made_for(schedule: Schedule | TreeSchedule, topology: Topology, path: str, where: str) -> Topology:
     """``topology`` if the schedule was made for it (same fingerprint, when the schedule records one);
     otherwise refuse, naming where the topology came from."""
     from synth.topology import fingerprint
@@ -152,7 +170,7 @@ def check_made_for(schedule: Schedule, topology: Topology, path: str, where: str
     return topology
 
 
-def schedule_topology(schedule: Schedule, spec: str | None, path: str) -> Topology:
+def schedule_topology(schedule: Schedule | TreeSchedule, spec: str | None, path: str) -> Topology:
     """The topology to judge a schedule on, never a different one than it was made for.
 
     ``--topology`` if given; else the topology file the schedule records (``topology_file``, relative to the
@@ -193,8 +211,8 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, output: str,
-                   inputs: Sequence[str | None] | None = None) -> Schedule:
+def write_schedule(schedule: Schedule | TreeSchedule, topology: Topology, spec: str | None, output: str,
+                   inputs: Sequence[str | None] | None = None) -> Schedule | TreeSchedule:
     """Write ``schedule`` to ``output`` atomically, recording where its topology came from (the file,
     relative to the output's folder, and the topology's fingerprint) so later commands find it again.
 
@@ -219,8 +237,14 @@ def write_schedule(schedule: Schedule, topology: Topology, spec: str | None, out
         if len(source) > len(str(topology_path)):
             source = str(topology_path)
     schedule = dataclasses.replace(schedule, topology_file=source, topology_sha256=fingerprint(topology))
-    limits.check_transfers(len(schedule.transfers), f"the schedule for {output!r}",
-                           hint="it would be refused when read back")
+    from synth.trees import TreeSchedule
+
+    if isinstance(schedule, TreeSchedule):
+        limits.check("max_transfers", sum(tree.arcs for _, tree in schedule.trees()), f"the trees for {output!r}",
+                     hint="they would be refused when read back")
+    else:
+        limits.check_transfers(len(schedule.transfers), f"the schedule for {output!r}",
+                               hint="it would be refused when read back")
     text = schedule.to_json()
     limits.check("max_schedule_bytes", len(text.encode("utf-8")), f"the schedule file {output!r}",
                  hint="it would be refused when read back; use fewer chunks or a smaller topology")
