@@ -25,6 +25,8 @@ limit                       default        what it bounds
                                            the accesses to each (rank, chunk) are ordered
 ``max_graph_work``          2,000,000,000  max-flow work of ``bound`` and the tree packing
                                            (gpus x directed links x log2 of the gpu count)
+``max_tree_arcs``           20,000,000     arcs of a forest plan's trees (trees x (gpus - 1)), planned
+                                           or read in the trees form (about 300 B each while planning)
 ==========================  =============  ===========================================================
 
 An algorithm estimates what it is about to build and calls a ``check_*`` function before building it::
@@ -103,6 +105,7 @@ LIMITS: dict[str, Limit] = {
         Limit("max_sweep_rows", 1_000_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10),
         Limit("max_verify_steps", 200_000_000, "SYNTH_MAX_VERIFY_STEPS", "steps", 1e13),
         Limit("max_graph_work", 2_000_000_000, "SYNTH_MAX_GRAPH_WORK", "steps", 1e15),
+        Limit("max_tree_arcs", 20_000_000, "SYNTH_MAX_TREE_ARCS", "tree arcs", 1e10),
     )
 }
 

@@ -257,8 +257,7 @@ class TreeSchedule:
         form = cls(collective, topology, tuple(ranks), algorithm, params, paths, phases, topology_file, topology_sha256)
         from synth import limits
 
-        limits.check("max_transfers", sum(tree.arcs for _, tree in form.trees()), f"the trees in {source or 'the input'}",
-                     hint="")
+        limits.check("max_tree_arcs", sum(tree.arcs for _, tree in form.trees()), f"the trees in {source or 'the input'}")
         return form
 
     @classmethod

@@ -38,6 +38,37 @@ def topology_documents(draw: Any, min_gpus: int = 2, max_gpus: int = 6, max_swit
     return {"name": "random", "nodes": node_list, "links": links}
 
 
+#: Link bandwidths of :func:`forest_topologies`, integers and awkward fractions.
+FOREST_BANDWIDTHS = st.one_of(st.integers(1, 100).map(float), st.sampled_from([0.5, 2.25, 12.5, 33.3, 0.125, 7.75]))
+
+
+@st.composite
+def forest_topologies(draw: Any, max_gpus: int = 6, max_switches: int = 3, max_nodes: int | None = None) -> Topology:
+    """Strongly connected topologies: a random spanning tree of two-way links over gpus and switches, plus
+    extra links (gpu-gpu ones may be one-way or asymmetric). Switch links are two-way with one bandwidth,
+    so switches forward what they receive (they cannot multicast)."""
+    num_gpus = draw(st.integers(2, max_gpus))
+    num_switches = draw(st.integers(0, max_switches))
+    if max_nodes is not None:
+        num_switches = min(num_switches, max_nodes - num_gpus)
+    gpus = [f"g{i}" for i in range(num_gpus)]
+    switches = [f"s{i}" for i in range(num_switches)]
+    nodes = draw(st.permutations(gpus + switches))
+    links = []
+    for index in range(1, len(nodes)):
+        links.append({"src": nodes[index], "dst": nodes[draw(st.integers(0, index - 1))], "bandwidth": draw(FOREST_BANDWIDTHS)})
+    for a, b in draw(st.lists(st.tuples(st.sampled_from(nodes), st.sampled_from(nodes)), max_size=6)):
+        if a == b:
+            continue
+        if a in switches or b in switches:
+            links.append({"src": a, "dst": b, "bandwidth": draw(FOREST_BANDWIDTHS)})
+        else:
+            links.append({"src": a, "dst": b, "bandwidth": draw(FOREST_BANDWIDTHS), "bidirectional": draw(st.booleans())})
+    document = {"name": "random", "nodes": [{"id": g, "type": "gpu"} for g in gpus]
+                + [{"id": s, "type": "switch"} for s in switches], "links": links}
+    return Topology.from_dict(document, "random")
+
+
 def topologies(min_gpus: int = 2, max_gpus: int = 6, max_switches: int = 2) -> st.SearchStrategy[Topology]:
     """Random valid topologies (see :func:`topology_documents`)."""
     return topology_documents(min_gpus, max_gpus, max_switches).map(lambda doc: Topology.from_dict(doc, "random"))

@@ -27,6 +27,7 @@ from synth.evaluate import congestion
 from synth.library import load_topology, shipped
 from synth.topology import Topology
 from synth.verify import verify
+from tests.strategies import forest_topologies as random_topologies
 
 GIGA = 10**9
 TREE_KINDS = [Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE]
@@ -298,33 +299,6 @@ def test_shortcut_removes_cycles():
 
 # ------------------------------------------------------------------------- random topologies
 BANDWIDTHS = st.one_of(st.integers(1, 100).map(float), st.sampled_from([0.5, 2.25, 12.5, 33.3, 0.125, 7.75]))
-
-
-@st.composite
-def random_topologies(draw, max_gpus: int = 6, max_switches: int = 3, max_nodes: int | None = None):
-    """Strongly connected topologies: a random spanning tree of two-way links over gpus and switches, plus
-    extra links (gpu-gpu ones may be one-way or asymmetric). Switch links are two-way with one bandwidth,
-    so switches forward what they receive (they cannot multicast)."""
-    num_gpus = draw(st.integers(2, max_gpus))
-    num_switches = draw(st.integers(0, max_switches))
-    if max_nodes is not None:
-        num_switches = min(num_switches, max_nodes - num_gpus)
-    gpus = [f"g{i}" for i in range(num_gpus)]
-    switches = [f"s{i}" for i in range(num_switches)]
-    nodes = draw(st.permutations(gpus + switches))
-    links = []
-    for index in range(1, len(nodes)):
-        links.append({"src": nodes[index], "dst": nodes[draw(st.integers(0, index - 1))], "bandwidth": draw(BANDWIDTHS)})
-    for a, b in draw(st.lists(st.tuples(st.sampled_from(nodes), st.sampled_from(nodes)), max_size=6)):
-        if a == b:
-            continue
-        if a in switches or b in switches:
-            links.append({"src": a, "dst": b, "bandwidth": draw(BANDWIDTHS)})
-        else:
-            links.append({"src": a, "dst": b, "bandwidth": draw(BANDWIDTHS), "bidirectional": draw(st.booleans())})
-    document = {"name": "random", "nodes": [{"id": g, "type": "gpu"} for g in gpus]
-                + [{"id": s, "type": "switch"} for s in switches], "links": links}
-    return Topology.from_dict(document, "random")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -240,7 +240,7 @@ def write_schedule(schedule: Schedule | TreeSchedule, topology: Topology, spec: 
     from synth.trees import TreeSchedule
 
     if isinstance(schedule, TreeSchedule):
-        limits.check("max_transfers", sum(tree.arcs for _, tree in schedule.trees()), f"the trees for {output!r}",
+        limits.check("max_tree_arcs", sum(tree.arcs for _, tree in schedule.trees()), f"the trees for {output!r}",
                      hint="they would be refused when read back")
     else:
         limits.check_transfers(len(schedule.transfers), f"the schedule for {output!r}",

@@ -56,7 +56,6 @@ from fractions import Fraction
 from typing import Any
 
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
-from synth.algorithms.utils import make_collective
 from synth.collectives import Collective, Kind
 from synth.errors import InputError, LimitError, NotApplicable
 from synth.schedule import REDUCE, Schedule
@@ -327,7 +326,7 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
         plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit)
         per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
-        collective = make_collective(topology, kind, plan.trees * per_copy, root)
+        collective = Collective(kind, n, plan.trees * per_copy, root)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
                          collective.chunks, {})
         every_copy = _block_chunks(0, per_copy)
@@ -340,7 +339,7 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric)
         per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
-        collective = make_collective(topology, kind, n * plan.trees * per_copy, None)
+        collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
                          collective.chunks, {})
         op = BROADCAST if kind == Kind.ALLGATHER else REDUCE
@@ -359,7 +358,7 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
         scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric)
     block = math.lcm(gather.trees, scatter.trees)
     block *= _check_chunks(chunks, n * block, "gpus x trees per root")
-    collective = make_collective(topology, kind, n * block, None)
+    collective = Collective(kind, n, n * block, None)
     time_per_byte = seconds_per_byte(gather) + seconds_per_byte(scatter)
     optimal = _optimal_seconds_per_byte(gather) + _optimal_seconds_per_byte(scatter)
     params = _params({"reducescatter": scatter, "allgather": gather}, time_per_byte, optimal, collective.chunks,
@@ -371,5 +370,11 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
             pipelined: bool, symmetric: bool | None) -> Schedule:
+    from synth import limits
+
+    n = topology.num_ranks
+    least = (n - 1) * (1 if kind in (Kind.BROADCAST, Kind.REDUCE) else n) * (2 if kind == Kind.ALLREDUCE else 1)
+    limits.check_transfers(least, f"forest {kind} on {n} gpus",
+                           hint="forest_trees builds its trees form, which has no transfers")  # before the plan
     return forest_trees(topology, kind, chunks=chunks, root=root, max_trees_per_root=max_trees_per_root,
                         pipelined=pipelined, symmetric=symmetric).expand()

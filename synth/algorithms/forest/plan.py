@@ -22,9 +22,6 @@ from synth.cuts.symmetry import box_translation, free_group, powers
 from synth.errors import InfeasibleError, InputError, LimitError
 from synth.topology import Topology
 
-#: Largest number of tree arcs (trees x (gpus - 1)) a plan may have: about the number of transfers.
-MAX_TREE_ARCS = 8_000_000
-
 
 @dataclass
 class ForestPlan:
@@ -73,7 +70,14 @@ def _weights(topology: Topology, root: int | None) -> list[int]:
 
 def _tree_limit(net: Network, weights: list[int]) -> int:
     arcs_per_tree = max(1, net.num_compute - 1)
-    return max(1, MAX_TREE_ARCS // (sum(weights) * arcs_per_tree))
+    return max(1, max_tree_arcs() // (sum(weights) * arcs_per_tree))
+
+
+def max_tree_arcs() -> int:
+    """The ``max_tree_arcs`` limit in force (:mod:`synth.limits`): most arcs a plan's trees may have."""
+    from synth import limits
+
+    return int(limits.limit_value("max_tree_arcs"))
 
 
 #: Most tree counts tried when looking for the fewest trees that reach the optimum.
@@ -100,7 +104,8 @@ def _candidates(net: Network, weights: list[int], optimum: CutBound,
     if max_trees < 1:
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees}")
     if max_trees > limit:
-        raise LimitError(f"max_trees_per_root={max_trees} would make more than {MAX_TREE_ARCS} tree arcs; "
+        raise LimitError(f"max_trees_per_root={max_trees} would make more than {max_tree_arcs():,} tree arcs "
+                         f"(SYNTH_MAX_TREE_ARCS); "
                          f"use at most {limit}")
     results = []
     for k in range(1, max_trees + 1):
