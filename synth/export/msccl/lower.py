@@ -1,7 +1,7 @@
 """Lowering a schedule to an MSCCL program that meets every runtime limit: the search over channel layouts.
 
 Channels are tried from 1 upwards (a transfer's channel is its chunk, or its pair of ranks, modulo the
-channel count) until every runtime limit holds; among the fitting layouts the first one that adds no
+channel count, or its chunk's block of consecutive ids) until every runtime limit holds; among the fitting layouts the first one that adds no
 false wait wins, else the one with the fewest.
 """
 
@@ -25,6 +25,12 @@ SEARCH_TRANSFERS = 5_000
 
 
 def _channels(schedule: Schedule, channels: int, policy: str) -> list[int]:
+    """Each transfer's channel: its chunk modulo the count (``chunk``), its pair of ranks (``pair``), or
+    its chunk's block of consecutive chunk ids (``block``: how NCCL deals chunks to channels, so channels
+    that share a ring each keep their own chain of chunks)."""
+    if policy == "block":
+        ids = schedule.collective.num_chunk_ids
+        return [t.chunk * channels // ids for t in schedule.transfers]
     return [(t.chunk if policy == "chunk" else t.src + t.dst) % channels for t in schedule.transfers]
 
 
@@ -87,8 +93,8 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
     attempt = 0
     for channels in counts:
         fitted = False
-        for policy, pair_rest in (("chunk", False), ("pair", False), ("chunk", True), ("pair", True)):
-            if (channels == 1 and policy == "pair") or (pair_rest and fitted):
+        for policy, pair_rest in (("chunk", False), ("pair", False), ("block", False), ("chunk", True), ("pair", True)):
+            if (channels == 1 and policy in ("pair", "block")) or (pair_rest and fitted):
                 continue  # the same layout as "chunk"; pairing unrelated peers only when nothing else fits
             chan = _channels(schedule, channels, policy)
             try:
