@@ -305,6 +305,11 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     >>> form.num_transfers(), form.expand().transfers == forest(topo, Kind.ALLGATHER).transfers
     (336, True)
     """
+    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None)
+
+
+def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
+                  pipelined: bool, symmetric: bool | None, max_arcs: int | None) -> TreeSchedule:
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -324,7 +329,7 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
         root = 0 if root is None else root
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
-        plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit)
+        plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit, max_arcs=max_arcs)
         per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
         collective = Collective(kind, n, plan.trees * per_copy, root)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -337,7 +342,8 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     if root is not None:
         raise InputError("", "root", f"{kind} takes no root")
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
-        plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric)
+        plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric,
+                        max_arcs=max_arcs)
         per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
         collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -348,14 +354,14 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
-    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric)
+    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs)
     if pipelined:
         if not is_symmetric(topology):
             raise NotApplicable("pipelined allreduce reduces and broadcasts over the same trees, which needs every "
                                 "link to have a reverse link of the same bandwidth; use pipelined=false")
         scatter = gather
     else:
-        scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric)
+        scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs)
     block = math.lcm(gather.trees, scatter.trees)
     block *= _check_chunks(chunks, n * block, "gpus x trees per root")
     collective = Collective(kind, n, n * block, None)
@@ -376,5 +382,5 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
     least = (n - 1) * (1 if kind in (Kind.BROADCAST, Kind.REDUCE) else n) * (2 if kind == Kind.ALLREDUCE else 1)
     limits.check_transfers(least, f"forest {kind} on {n} gpus",
                            hint="forest_trees builds its trees form, which has no transfers")  # before the plan
-    return forest_trees(topology, kind, chunks=chunks, root=root, max_trees_per_root=max_trees_per_root,
-                        pipelined=pipelined, symmetric=symmetric).expand()
+    max_arcs = int(limits.limit_value("max_transfers"))  # each tree arc is at least one transfer
+    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs).expand()

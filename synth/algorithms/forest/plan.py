@@ -68,9 +68,13 @@ def _weights(topology: Topology, root: int | None) -> list[int]:
     return [1 if r == root else 0 for r in topology.ranks]
 
 
-def _tree_limit(net: Network, weights: list[int]) -> int:
+def _tree_limit(net: Network, weights: list[int], max_arcs: int | None) -> int:
     arcs_per_tree = max(1, net.num_compute - 1)
-    return max(1, max_tree_arcs() // (sum(weights) * arcs_per_tree))
+    return max(1, _arc_cap(max_arcs) // (sum(weights) * arcs_per_tree))
+
+
+def _arc_cap(max_arcs: int | None) -> int:
+    return max_tree_arcs() if max_arcs is None else min(max_arcs, max_tree_arcs())
 
 
 def max_tree_arcs() -> int:
@@ -84,10 +88,11 @@ def max_tree_arcs() -> int:
 MAX_TREE_COUNT_TRIES = 256
 
 
-def _candidates(net: Network, weights: list[int], optimum: CutBound,
-                max_trees: int | None) -> Iterator[tuple[Fraction, int, list[int]]]:
-    """(rate, k, capacities) to try in order: the best rate first, then the fewest trees."""
-    limit = _tree_limit(net, weights)
+def _candidates(net: Network, weights: list[int], optimum: CutBound, max_trees: int | None,
+                max_arcs: int | None = None) -> Iterator[tuple[Fraction, int, list[int]]]:
+    """(rate, k, capacities) to try in order: the best rate first, then the fewest trees; at most
+    ``max_arcs`` tree arcs (and the ``max_tree_arcs`` limit)."""
+    limit = _tree_limit(net, weights, max_arcs)
     if max_trees is None:
         enough = lcd_trees(net, optimum.rate)  # always reaches the optimum; a smaller k often does too
         tries = 0
@@ -104,9 +109,8 @@ def _candidates(net: Network, weights: list[int], optimum: CutBound,
     if max_trees < 1:
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees}")
     if max_trees > limit:
-        raise LimitError(f"max_trees_per_root={max_trees} would make more than {max_tree_arcs():,} tree arcs "
-                         f"(SYNTH_MAX_TREE_ARCS); "
-                         f"use at most {limit}")
+        raise LimitError(f"max_trees_per_root={max_trees} would make more than {_arc_cap(max_arcs):,} tree arcs "
+                         f"(SYNTH_MAX_TREE_ARCS, or SYNTH_MAX_TRANSFERS for a schedule of transfers); use at most {limit}")
     results = []
     for k in range(1, max_trees + 1):
         rate, caps = rate_with_trees(net, weights, k, optimum.rate)
@@ -122,7 +126,7 @@ SYMMETRY_MIN_GPUS = 64
 
 
 def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
-               max_trees: int | None = None, symmetric: bool | None = None) -> ForestPlan:
+               max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
 
     ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
@@ -138,7 +142,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     if root is None and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
         group = symmetry_group(net, topology, weights)
     failures = []
-    for rate, trees, capacities in _candidates(net, weights, optimum, max_trees):
+    for rate, trees, capacities in _candidates(net, weights, optimum, max_trees, max_arcs):
         mark = time.perf_counter()
         used = group
         try:
@@ -211,12 +215,13 @@ def is_symmetric(topology: Topology) -> bool:
                for u, v, data in graph.edges(data=True))
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None], tuple[Topology, ForestPlan]] = OrderedDict()
+_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None],
+                    tuple[Topology, ForestPlan]] = OrderedDict()
 _CACHE_SIZE = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
-             max_trees: int | None = None, symmetric: bool | None = None) -> ForestPlan:
+             max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None) -> ForestPlan:
     """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
 
     On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
@@ -224,12 +229,12 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     backwards."""
     if reverse and is_symmetric(topology):
         reverse = False
-    key = (id(topology), reverse, root, max_trees, symmetric)
+    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         _CACHE.move_to_end(key)
         return hit[1]
-    plan = build_plan(topology, reverse, root, max_trees, symmetric)
+    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs)
     _CACHE[key] = (topology, plan)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
