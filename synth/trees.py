@@ -175,7 +175,7 @@ class TreeSchedule:
         from synth import limits
 
         limits.check_transfers(self.num_transfers(), f"the trees form of {self.algorithm} {self.kind} on "
-                               f"{len(self.ranks)} gpus", hint="synth verify reads the trees form without expanding it")
+                               f"{len(self.ranks)} gpus", hint="verify_trees and tree_congestion read the trees form as it is")
         return Schedule(self.collective, self.topology, self.ranks, self.algorithm, self.params,
                         tuple(self.iter_transfers()), self.topology_file, self.topology_sha256)
 

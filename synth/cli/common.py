@@ -136,13 +136,14 @@ def load_schedule(path: str) -> Schedule:
 
     stored = load_stored_schedule(path)
     if isinstance(stored, TreeSchedule):
-        from synth.errors import LimitError
+        from synth import limits
 
-        try:
-            return stored.expand()
-        except LimitError as error:
-            raise InputError(path, "trees", f"{error}; this command needs the transfers. `synth verify` reads the "
-                             "trees form as it is") from None
+        transfers, allowed = stored.num_transfers(), int(limits.limit_value("max_transfers"))
+        if transfers > allowed:
+            raise InputError(path, "trees", f"the trees form expands to {transfers:,} transfers, over the limit of "
+                             f"{allowed:,} (SYNTH_MAX_TRANSFERS), and this command needs the transfers; `synth verify` "
+                             "reads the trees form as it is")
+        return stored.expand()
     return stored
 
 
