@@ -123,7 +123,7 @@ def _congestion_report(counts: dict[tuple[str, str], int], chunks: int, topology
     return CongestionReport(worst, busiest, counts)
 
 
-def metrics(schedule: Schedule, size: int, time_s: float) -> tuple[float, float]:
+def metrics(schedule: Schedule | TreeSchedule, size: int, time_s: float) -> tuple[float, float]:
     """(algbw, busbw) in GB/s by the nccl-tests conventions."""
     if time_s <= 0:
         return float("inf"), float("inf")
@@ -187,7 +187,7 @@ class PlanOptions:
                 "window": self.window}
 
 
-def candidate_plans(schedule: Schedule, size: int, model: Model, options: PlanOptions | None = None) -> list[Plan]:
+def candidate_plans(schedule: Schedule | TreeSchedule, size: int, model: Model, options: PlanOptions | None = None) -> list[Plan]:
     """The plans to try for ``schedule`` at ``size``: one, or one per protocol when the protocol is auto.
 
     Precedence: ``options`` (explicit), then the schedule's ``params["plan"]`` pins, then the rule of
@@ -217,7 +217,7 @@ def candidate_plans(schedule: Schedule, size: int, model: Model, options: PlanOp
                       slices=slices) for protocol in protocols]
 
 
-def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int], model: str = "flow",
+def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes: Iterable[int], model: str = "flow",
                    options: PlanOptions | None = None, cutoff: float | None = None) -> list[Evaluation]:
     """Evaluate a schedule at several message sizes (the congestion report is computed once).
 
@@ -228,9 +228,17 @@ def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int],
 
     ``cutoff`` (seconds): a caller choosing among candidates that only needs to know whether this one
     is faster; a size whose time would exceed it is reported with ``time_s`` = ``inf``.
+
+    A schedule in the trees form (:mod:`synth.trees`): the congestion time comes from its trees and the
+    flow model streams its transfers (past the transfer limit); other models get its expansion.
     """
     chosen_model = get_model(model)
-    report = congestion(schedule, topology)
+    if isinstance(schedule, TreeSchedule):
+        report = tree_congestion(schedule, topology)
+        if chosen_model.name != "flow":
+            schedule = schedule.expand()
+    else:
+        report = congestion(schedule, topology)
     results = []
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -264,20 +272,21 @@ def evaluate_sizes(schedule: Schedule, topology: Topology, sizes: Iterable[int],
     return results
 
 
-def _check_work(schedule: Schedule, size: int, plan: Plan) -> None:
-    work = len(schedule.transfers) * plan.slices
+def _check_work(schedule: Schedule | TreeSchedule, size: int, plan: Plan) -> None:
+    count = schedule.num_transfers() if isinstance(schedule, TreeSchedule) else len(schedule.transfers)
+    work = count * plan.slices
     if work <= MAX_SLICE_TRANSFERS:
         return
-    fewest = max(1, MAX_SLICE_TRANSFERS // max(1, len(schedule.transfers)))
+    fewest = max(1, MAX_SLICE_TRANSFERS // max(1, count))
     chunk = size / schedule.collective.chunks
     raise LimitError(
         f"evaluating {schedule.algorithm} {schedule.kind} at {size} bytes under {plan.describe()}: "
-        f"{len(schedule.transfers)} transfers x {plan.slices} slices = {work:,} slice transfers, over the limit of "
+        f"{count} transfers x {plan.slices} slices = {work:,} slice transfers, over the limit of "
         f"{MAX_SLICE_TRANSFERS:,} (about a minute of simulation); ask for at most {fewest} slices per chunk "
         f"(`slices` {fewest}, or `slice_bytes` {math.ceil(chunk / fewest)})")
 
 
-def evaluate(schedule: Schedule, topology: Topology, size: int, model: str = "flow",
+def evaluate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, model: str = "flow",
              options: PlanOptions | None = None, cutoff: float | None = None, **plan: Any) -> Evaluation:
     """Evaluate a schedule at one message size with the chosen model and plan.
 

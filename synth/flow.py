@@ -46,15 +46,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from array import array
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from synth.errors import VerificationError
 from synth.plan import Plan, Protocol, make_plan
-from synth.schedule import Schedule
+from synth.schedule import Schedule, Transfer
 from synth.topology import Topology
+from synth.trees import TreeSchedule
 
 GIGA = 10**9
 MICRO = 1e-6
@@ -83,7 +86,11 @@ class _Classes:
     local: np.ndarray
 
 
-def _classes(schedule: Schedule, topology: Topology, plan: Plan) -> _Classes:
+def _classes(transfers: Iterable[Transfer], count: int, topology: Topology,
+             plan: Plan) -> tuple[_Classes, np.ndarray, np.ndarray]:
+    """The path classes and the deps of ``count`` transfers (ids 0..count-1), in one pass over them, so a
+    trees-form schedule streams through without its transfers being held: (classes, each transfer's
+    number of deps, every transfer's deps one after the other)."""
     costs = plan.costs
     boxes = topology.boxes
     efficiency = float(costs.efficiency)
@@ -94,8 +101,10 @@ def _classes(schedule: Schedule, topology: Topology, plan: Plan) -> _Classes:
     entry_class: list[int] = []
     delay: list[float] = []
     local: list[bool] = []
-    of_transfer = np.empty(len(schedule.transfers), dtype=np.int64)
-    for t in schedule.transfers:
+    of_transfer = np.empty(count, dtype=np.int64)
+    dep_counts = np.empty(count, dtype=np.int64)
+    dep_flat = array("q")
+    for t in transfers:
         cls = class_of_path.get(t.path)
         if cls is None:
             cls = len(delay)
@@ -117,9 +126,13 @@ def _classes(schedule: Schedule, topology: Topology, plan: Plan) -> _Classes:
                 step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
                 delay.append((topology.path_latency(t.path) + step) * MICRO)
         of_transfer[t.id] = cls
-    return _Classes(of_transfer, np.array(entry_link, dtype=np.int64), np.array(entry_class, dtype=np.int64),
-                    np.array(capacity, dtype=np.float64), np.array(delay, dtype=np.float64),
-                    np.array(local, dtype=bool))
+        dep_counts[t.id] = len(t.deps)
+        dep_flat.extend(t.deps)
+    classes = _Classes(of_transfer, np.array(entry_link, dtype=np.int64), np.array(entry_class, dtype=np.int64),
+                       np.array(capacity, dtype=np.float64), np.array(delay, dtype=np.float64),
+                       np.array(local, dtype=bool))
+    flat = np.frombuffer(dep_flat, dtype=np.int64).copy() if len(dep_flat) else np.empty(0, dtype=np.int64)
+    return classes, dep_counts, flat
 
 
 #: Memory for remembered max-min rates, in bytes (each set of active flows costs 8 bytes per path class).
@@ -224,7 +237,7 @@ def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np
     return flat[index], owner
 
 
-def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | None = None,
+def simulate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan | None = None,
              cutoff: float | None = None) -> float:
     """Completion time in seconds of ``schedule`` at ``size`` bytes under ``plan`` (see the module doc).
 
@@ -234,6 +247,9 @@ def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | Non
     With ``cutoff`` (seconds), a time over the cutoff is returned as ``inf``, and the simulation stops as
     soon as its clock shows that it will be: a caller choosing the fastest of several candidates learns
     that this one loses without simulating it to the end (the times it does return are unchanged).
+
+    A schedule in the trees form (:mod:`synth.trees`) streams through: its transfers are made one at a
+    time and only the simulator's arrays are kept, so it runs past the transfer limit.
 
     Examples
     --------
@@ -248,7 +264,7 @@ def simulate(schedule: Schedule, topology: Topology, size: int, plan: Plan | Non
     return simulate_detailed(schedule, topology, size, plan, cutoff).time_s
 
 
-def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: Plan,
+def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan,
                       cutoff: float | None = None) -> FlowResult:
     """:func:`simulate` with the event and rate-update counts (for benchmarks).
 
@@ -257,24 +273,25 @@ def simulate_detailed(schedule: Schedule, topology: Topology, size: int, plan: P
     free), each under 40 lines; the loop body is the model's definition read in one place, and it runs
     once per event on schedules of millions of slice transfers, so its state stays in local variables.
     """
-    transfers = schedule.transfers
-    count = len(transfers)
+    if isinstance(schedule, TreeSchedule):
+        count = schedule.num_transfers()
+        transfers: Iterable[Transfer] = schedule.iter_transfers()
+    else:
+        count = len(schedule.transfers)
+        transfers = schedule.transfers
     base = plan.costs.base_latency_us * MICRO
     if count == 0:
         return FlowResult(0.0, 0, 0)
     slices = plan.slices
     window = plan.window
     slice_bytes = float(plan.slice_bytes)
-    classes = _classes(schedule, topology, plan)
+    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan)
     num_classes = len(classes.delay)
     of_class = classes.of_transfer
     delay_of = classes.delay[of_class]
     local_of = classes.local[of_class]
     sharing = _MaxMin(classes.entry_link, classes.entry_class, classes.capacity, num_classes)
 
-    dep_counts = np.fromiter((len(t.deps) for t in transfers), dtype=np.int64, count=count)
-    dep_flat = np.fromiter(itertools.chain.from_iterable(t.deps for t in transfers), dtype=np.int64,
-                           count=int(dep_counts.sum()))
     dep_ptr, _ = _csr(dep_counts, dep_flat)
     owners = np.repeat(np.arange(count, dtype=np.int64), dep_counts)
     order = np.argsort(dep_flat, kind="stable")

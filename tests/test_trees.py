@@ -17,6 +17,7 @@ from synth.algorithms.forest import forest, forest_trees, plan
 from synth.collectives import Kind
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable, VerificationError
 from synth.evaluate import congestion, tree_congestion
+from synth.flow import simulate
 from synth.library import load_topology
 from synth.schedule import Schedule
 from synth.topology import Topology
@@ -39,6 +40,8 @@ def check_form(form: TreeSchedule, topo: Topology) -> Schedule:
     assert report.transfers == exact.transfers
     assert report.max_chunks_on_a_link == exact.max_chunks_on_a_link
     assert tree_congestion(form, topo) == congestion(expanded, topo)
+    size = 64 * form.chunks * 1024
+    assert simulate(form, topo, size) == simulate(expanded, topo, size)  # the flow model streams the trees form
     return expanded
 
 
@@ -209,10 +212,16 @@ def test_cli_reads_trees_past_the_transfer_limit_where_it_can(tmp_path, capsys, 
     monkeypatch.chdir(tmp_path)
     assert run_cli(["generate", "dgx1", "-c", "allgather", "-a", "forest", "--compact", "-o", "t.json"], capsys,
                    monkeypatch).code == 0
+    assert run_cli(["generate", "dgx1", "-c", "allgather", "-a", "forest", "-o", "s.json"], capsys,
+                   monkeypatch).code == 0
+    expected = json.loads(run_cli(["evaluate", "s.json", "-s", "1MiB", "--json"], capsys, monkeypatch).out)
     monkeypatch.setenv("SYNTH_MAX_TRANSFERS", "100")  # its expansion has 336 transfers
     assert run_cli(["verify", "t.json"], capsys, monkeypatch).code == 0
-    outcome = run_cli(["evaluate", "t.json", "-s", "1MiB"], capsys, monkeypatch)
-    assert_refused(outcome, "t.json", "synth verify")
+    streamed = run_cli(["evaluate", "t.json", "-s", "1MiB", "--json"], capsys, monkeypatch)
+    assert streamed.code == 0 and json.loads(streamed.out) == expected  # the flow model streams the transfers
+    outcome = run_cli(["explain", "t.json"], capsys, monkeypatch)
+    assert_refused(outcome, "t.json", "expands to 336 transfers, over the limit of 100")
+    assert "synth verify" in outcome.err
 
 
 def test_limits_apply_to_what_is_built(monkeypatch):

@@ -18,7 +18,6 @@ from synth.cli.common import (
     check_chunks,
     console,
     fmt_time,
-    load_schedule,
     load_stored_schedule,
     output_file,
     parse_options,
@@ -207,7 +206,8 @@ def verify_command(
                   f"({report.transfers} transfers, dependency depth {report.depth})")
 
 
-def _verify_trees_file(form: TreeSchedule, topo: Topology, path: str, as_json: bool) -> None:
+def _verify_trees_file(form: TreeSchedule, topo: Topology, path: str, as_json: bool | None) -> None:
+    """Verify a trees-form file on its trees; print the result unless ``as_json`` is None."""
     from synth.errors import VerificationError
     from synth.verify_trees import verify_trees
 
@@ -215,6 +215,8 @@ def _verify_trees_file(form: TreeSchedule, topo: Topology, path: str, as_json: b
         report = verify_trees(form, topo)
     except VerificationError as error:
         raise VerificationError(f"{path}: {error}") from None
+    if as_json is None:
+        return
     if as_json:
         print_json({"ok": True, "form": "trees", "transfers": report.transfers, "trees": report.trees,
                     "max_tree_depth": report.max_tree_depth, "max_chunks_on_a_link": report.max_chunks_on_a_link})
@@ -236,18 +238,22 @@ def evaluate_command(
     as_csv: bool = CSV_OPTION,
 ) -> None:
     """Evaluate a schedule: time, algbw, busbw, the congestion bound and the plan it ran under, per size."""
-    from synth.evaluate import congestion, evaluate_sizes
+    from synth.evaluate import congestion, evaluate_sizes, tree_congestion
+    from synth.trees import TreeSchedule
 
     options = plan_options(protocol, slice_bytes, slices, window)
-    schedule = load_schedule(schedule_file)
+    schedule = load_stored_schedule(schedule_file)  # the trees form streams through the flow model
     topo = schedule_topology(schedule, topology, schedule_file)
-    verify_file(schedule, topo, schedule_file)
+    if isinstance(schedule, TreeSchedule):
+        _verify_trees_file(schedule, topo, schedule_file, None)
+    else:
+        verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])
     results = evaluate_sizes(schedule, topo, sizes, model=model, options=options)
     if as_json:
         print_json([r.to_dict() for r in results])
         return
-    report = congestion(schedule, topo)
+    report = tree_congestion(schedule, topo) if isinstance(schedule, TreeSchedule) else congestion(schedule, topo)
     rows = [[format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}",
              fmt_time(r.congestion_time_s), r.plan.describe()] for r in results]
     console.print(table(f"{schedule.algorithm} {schedule.kind} on {topo.name} ({model} model)",
