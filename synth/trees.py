@@ -54,7 +54,17 @@ import numpy as np
 
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError
-from synth.schedule import COPY, FORMAT, REDUCE, Schedule, Transfer, _jsonable, _topology_source
+from synth.schedule import (
+    COPY,
+    FORMAT,
+    REDUCE,
+    Schedule,
+    Transfer,
+    _expect,
+    _is_int,
+    _jsonable,
+    _topology_source,
+)
 from synth.topology import read_document
 
 BROADCAST: Final = "broadcast"
@@ -226,7 +236,7 @@ class TreeSchedule:
                 raise InputError(source, name, "missing required field")
         if "transfers" in data:
             raise InputError(source, "transfers", "a schedule has either 'transfers' or 'trees', not both")
-        kind = parse_kind(_field(data, "collective", str, source), source)
+        kind = parse_kind(_expect(data, "collective", str, source), source)
         ranks = data["ranks"]
         if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
             raise InputError(source, "ranks", "expected a list of gpu node ids (strings)")
@@ -234,7 +244,7 @@ class TreeSchedule:
         if root is not None and not _is_int(root):
             raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
         try:
-            collective = Collective(kind, num_ranks=len(ranks), chunks=_field(data, "chunks", int, source), root=root)
+            collective = Collective(kind, num_ranks=len(ranks), chunks=_expect(data, "chunks", int, source), root=root)
         except InputError as error:
             raise InputError(source, error.field, error.problem) from None
         params = data.get("params", {})
@@ -243,7 +253,7 @@ class TreeSchedule:
         algorithm = data.get("algorithm", "unknown")
         if not isinstance(algorithm, str):
             raise InputError(source, "algorithm", "expected a string")
-        topology = _field(data, "topology", str, source)
+        topology = _expect(data, "topology", str, source)
         topology_file, topology_sha256 = _topology_source(data, source)
         body = data["trees"]
         if not isinstance(body, dict):
@@ -266,17 +276,6 @@ class TreeSchedule:
         from synth.topology import parse_json
 
         return cls.from_dict(parse_json(text, source), source)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _field(data: dict[str, Any], name: str, kind: type, source: str) -> Any:
-    value = data[name]
-    if kind is int and not _is_int(value) or not isinstance(value, kind):
-        raise InputError(source, name, f"expected {kind.__name__}, got {value!r}")
-    return value
 
 
 def _paths(raw: Any, source: str) -> tuple[tuple[str, ...], ...]:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
 from synth.collectives import Collective, Kind
@@ -336,7 +336,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
                          collective.chunks, {})
         every_copy = _block_chunks(0, per_copy)
         chunks_of = lambda _root, copy: every_copy(0, copy)  # noqa: E731  (every tree has the one root)
-        op = BROADCAST if kind == Kind.BROADCAST else REDUCE
+        op: Literal["reduce", "broadcast"] = BROADCAST if kind == Kind.BROADCAST else REDUCE
         return form(collective, params, [TreePhase(op, _tree_copies(plan, chunks_of, table, op == REDUCE))])
 
     if root is not None:
@@ -348,9 +348,9 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
                          collective.chunks, {})
-        op = BROADCAST if kind == Kind.ALLGATHER else REDUCE
-        trees = _tree_copies(plan, _block_chunks(plan.trees * per_copy, per_copy), table, op == REDUCE)
-        return form(collective, params, [TreePhase(op, trees)])
+        all_op: Literal["reduce", "broadcast"] = BROADCAST if kind == Kind.ALLGATHER else REDUCE
+        trees = _tree_copies(plan, _block_chunks(plan.trees * per_copy, per_copy), table, all_op == REDUCE)
+        return form(collective, params, [TreePhase(all_op, trees)])
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
