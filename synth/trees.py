@@ -144,7 +144,7 @@ class TreeSchedule:
     phases: tuple[TreePhase, ...]
     topology_file: str | None = None
     topology_sha256: str | None = None
-    _counts: dict[str, int] = field(default_factory=dict, repr=False)
+    _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def kind(self) -> Kind:

@@ -91,7 +91,7 @@ def _replace_tree(form: TreeSchedule, phase: int, index: int, tree: Tree | None)
     else:
         trees[index] = tree
     phases[phase] = TreePhase(phases[phase].op, tuple(trees))
-    return dataclasses.replace(form, phases=tuple(phases), _counts={})
+    return dataclasses.replace(form, phases=tuple(phases))
 
 
 def _corruptions(form: TreeSchedule) -> dict[str, TreeSchedule]:
@@ -127,7 +127,7 @@ def _corruptions(form: TreeSchedule) -> dict[str, TreeSchedule]:
         result["chunk twice"] = _replace_tree(form, last, 0, shifted)
     result["phases"] = dataclasses.replace(form, phases=form.phases[::-1] if len(form.phases) > 1 else
                                            (TreePhase("reduce" if form.phases[0].op == "broadcast" else "broadcast",
-                                                      form.phases[0].trees),), _counts={})
+                                                      form.phases[0].trees),))
     assert n > 2
     return result
 
