@@ -103,7 +103,8 @@ def _candidates(net: Network, weights: list[int], optimum: CutBound, max_trees: 
                 break
         if enough > limit:
             raise LimitError(
-                f"the optimum needs up to {enough} trees per root (the limit is {limit}); pass "
+                f"the optimum needs up to {enough} trees per root, and {_arc_cap(max_arcs):,} tree arcs allow "
+                f"{limit} (SYNTH_MAX_TREE_ARCS, or SYNTH_MAX_TRANSFERS for a schedule of transfers); pass "
                 f"max_trees_per_root to trade a little bandwidth for fewer trees")
         return
     if max_trees < 1:
