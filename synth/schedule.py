@@ -136,16 +136,7 @@ class Schedule:
     def to_dict(self) -> dict[str, Any]:
         """The documented ``synth.schedule/2`` object (scratch slots only where a transfer uses them)."""
         return {
-            "format": FORMAT,
-            "collective": self.collective.kind.value,
-            "root": self.collective.root,
-            "topology": self.topology,
-            **({"topology_file": self.topology_file} if self.topology_file is not None else {}),
-            **({"topology_sha256": self.topology_sha256} if self.topology_sha256 is not None else {}),
-            "ranks": list(self.ranks),
-            "chunks": self.collective.chunks,
-            "algorithm": self.algorithm,
-            "params": _jsonable(self.params),
+            **header_dict(self),
             "transfers": [_transfer_dict(t) for t in self.transfers],
         }
 
@@ -168,29 +159,8 @@ class Schedule:
         fmt = data.get("format")
         if fmt not in READ_FORMATS:
             raise InputError(source, "format", f"expected {FORMAT!r} (or the older {READ_FORMATS[0]!r}), got {fmt!r}")
-        for name in ("collective", "topology", "ranks", "chunks", "transfers"):
-            if name not in data:
-                raise InputError(source, name, "missing required field")
-        kind = parse_kind(_expect(data, "collective", str, source), source)
-        ranks = data["ranks"]
-        if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
-            raise InputError(source, "ranks", "expected a list of gpu node ids (strings)")
-        chunks = _expect(data, "chunks", int, source)
-        root = data.get("root")
-        if root is not None and (isinstance(root, bool) or not isinstance(root, int)):
-            raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
-        try:
-            collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
-        except InputError as error:
-            raise InputError(source, error.field, error.problem) from None
-        params = data.get("params", {})
-        if not isinstance(params, dict):
-            raise InputError(source, "params", "expected an object")
-        algorithm = data.get("algorithm", "unknown")
-        if not isinstance(algorithm, str):
-            raise InputError(source, "algorithm", "expected a string")
-        topology = _expect(data, "topology", str, source)
-        topology_file, topology_sha256 = _topology_source(data, source)
+        head = read_header(data, "transfers", source)
+        collective, ranks = head.collective, head.ranks
         raw = data["transfers"]
         if not isinstance(raw, list):
             raise InputError(source, "transfers", "expected a list")
@@ -236,8 +206,8 @@ class Schedule:
                 if not 0 <= dep < len(raw):
                     raise InputError(source, f"{where}.deps", f"unknown transfer id {dep}")
             transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps), slots[0], slots[1]))
-        return cls(collective, topology, tuple(ranks), algorithm, params, tuple(transfers), topology_file,
-                   topology_sha256)
+        return cls(collective, head.topology, ranks, head.algorithm, head.params, tuple(transfers), head.topology_file,
+                   head.topology_sha256)
 
     @classmethod
     def from_json(cls, text: str, source: str = "") -> Schedule:
@@ -252,6 +222,64 @@ class Schedule:
         from synth import limits
 
         return cls.from_dict(read_document(path, max_bytes=int(limits.limit_value("max_schedule_bytes"))), str(path))
+
+
+@dataclass(frozen=True)
+class Header:
+    """The header fields every schedule file has, whatever its body (transfers or trees)."""
+
+    collective: Collective
+    topology: str
+    ranks: tuple[str, ...]
+    algorithm: str
+    params: dict[str, Any]
+    topology_file: str | None
+    topology_sha256: str | None
+
+
+def read_header(data: dict[str, Any], body: str, source: str) -> Header:
+    """Validate the header of a parsed schedule object whose body is the field ``body``; raises
+    :class:`InputError` naming the field."""
+    for name in ("collective", "topology", "ranks", "chunks", body):
+        if name not in data:
+            raise InputError(source, name, "missing required field")
+    kind = parse_kind(_expect(data, "collective", str, source), source)
+    ranks = data["ranks"]
+    if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
+        raise InputError(source, "ranks", "expected a list of gpu node ids (strings)")
+    chunks = _expect(data, "chunks", int, source)
+    root = data.get("root")
+    if root is not None and not _is_int(root):
+        raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
+    try:
+        collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
+    except InputError as error:
+        raise InputError(source, error.field, error.problem) from None
+    params = data.get("params", {})
+    if not isinstance(params, dict):
+        raise InputError(source, "params", "expected an object")
+    algorithm = data.get("algorithm", "unknown")
+    if not isinstance(algorithm, str):
+        raise InputError(source, "algorithm", "expected a string")
+    topology = _expect(data, "topology", str, source)
+    topology_file, topology_sha256 = _topology_source(data, source)
+    return Header(collective, topology, tuple(ranks), algorithm, params, topology_file, topology_sha256)
+
+
+def header_dict(schedule: Any) -> dict[str, Any]:
+    """The header fields of a schedule object (any form), in documented order."""
+    return {
+        "format": FORMAT,
+        "collective": schedule.collective.kind.value,
+        "root": schedule.collective.root,
+        "topology": schedule.topology,
+        **({"topology_file": schedule.topology_file} if schedule.topology_file is not None else {}),
+        **({"topology_sha256": schedule.topology_sha256} if schedule.topology_sha256 is not None else {}),
+        "ranks": list(schedule.ranks),
+        "chunks": schedule.collective.chunks,
+        "algorithm": schedule.algorithm,
+        "params": _jsonable(schedule.params),
+    }
 
 
 def _topology_source(data: dict[str, Any], source: str) -> tuple[str | None, str | None]:

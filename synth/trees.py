@@ -52,7 +52,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from synth.collectives import Collective, Kind, parse_kind
+from synth.collectives import Collective, Kind
 from synth.errors import InputError
 from synth.schedule import (
     COPY,
@@ -60,10 +60,9 @@ from synth.schedule import (
     REDUCE,
     Schedule,
     Transfer,
-    _expect,
     _is_int,
-    _jsonable,
-    _topology_source,
+    header_dict,
+    read_header,
 )
 from synth.topology import read_document
 
@@ -193,16 +192,7 @@ class TreeSchedule:
     def to_dict(self) -> dict[str, Any]:
         """The documented ``synth.schedule/2`` object with a ``trees`` body."""
         return {
-            "format": FORMAT,
-            "collective": self.kind.value,
-            "root": self.collective.root,
-            "topology": self.topology,
-            **({"topology_file": self.topology_file} if self.topology_file is not None else {}),
-            **({"topology_sha256": self.topology_sha256} if self.topology_sha256 is not None else {}),
-            "ranks": list(self.ranks),
-            "chunks": self.chunks,
-            "algorithm": self.algorithm,
-            "params": _jsonable(self.params),
+            **header_dict(self),
             "trees": {"paths": [list(p) for p in self.paths],
                       "phases": [{"op": phase.op, "trees": [tree.to_dict() for tree in phase.trees]}
                                  for phase in self.phases]},
@@ -231,30 +221,10 @@ class TreeSchedule:
             raise InputError(source, "", "expected a JSON object at the top level")
         if data.get("format") != FORMAT:
             raise InputError(source, "format", f"the trees form needs format {FORMAT!r}, got {data.get('format')!r}")
-        for name in ("collective", "topology", "ranks", "chunks", "trees"):
-            if name not in data:
-                raise InputError(source, name, "missing required field")
         if "transfers" in data:
             raise InputError(source, "transfers", "a schedule has either 'transfers' or 'trees', not both")
-        kind = parse_kind(_expect(data, "collective", str, source), source)
-        ranks = data["ranks"]
-        if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
-            raise InputError(source, "ranks", "expected a list of gpu node ids (strings)")
-        root = data.get("root")
-        if root is not None and not _is_int(root):
-            raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
-        try:
-            collective = Collective(kind, num_ranks=len(ranks), chunks=_expect(data, "chunks", int, source), root=root)
-        except InputError as error:
-            raise InputError(source, error.field, error.problem) from None
-        params = data.get("params", {})
-        if not isinstance(params, dict):
-            raise InputError(source, "params", "expected an object")
-        algorithm = data.get("algorithm", "unknown")
-        if not isinstance(algorithm, str):
-            raise InputError(source, "algorithm", "expected a string")
-        topology = _expect(data, "topology", str, source)
-        topology_file, topology_sha256 = _topology_source(data, source)
+        head = read_header(data, "trees", source)
+        collective, ranks = head.collective, head.ranks
         body = data["trees"]
         if not isinstance(body, dict):
             raise InputError(source, "trees", "expected an object with 'paths' and 'phases'")
@@ -264,7 +234,8 @@ class TreeSchedule:
             raise InputError(source, "trees.phases", "expected a non-empty list of phases")
         phases = tuple(_phase(item, f"trees.phases.{index}", len(ranks), collective.num_chunk_ids, len(paths), source)
                        for index, item in enumerate(raw_phases))
-        form = cls(collective, topology, tuple(ranks), algorithm, params, paths, phases, topology_file, topology_sha256)
+        form = cls(collective, head.topology, ranks, head.algorithm, head.params, paths, phases, head.topology_file,
+                   head.topology_sha256)
         from synth import limits
 
         limits.check("max_tree_arcs", sum(tree.arcs for _, tree in form.trees()), f"the trees in {source or 'the input'}")
@@ -363,16 +334,19 @@ class _Expansion:
 
     def transfers(self) -> Iterator[Transfer]:
         paths = self.form.paths
-        for phase in self.form.phases:
+        last = len(self.form.phases) - 1
+        for number, phase in enumerate(self.form.phases):
             finished: dict[int, int] = {}
             for tree in phase.trees:
                 if phase.op == BROADCAST:
-                    yield from self._down(tree, paths, finished)
+                    yield from self._down(tree, paths, finished if number < last else None)
                 else:
                     yield from self._up(tree, paths, finished)
             self.finished = finished
 
-    def _down(self, tree: Tree, paths: tuple[tuple[str, ...], ...], finished: dict[int, int]) -> Iterator[Transfer]:
+    def _down(self, tree: Tree, paths: tuple[tuple[str, ...], ...],
+              finished: dict[int, int] | None) -> Iterator[Transfer]:
+        """A broadcast tree's transfers; records each chunk's last one in ``finished`` when a phase follows."""
         arcs = list(zip(tree.parent.tolist(), tree.child.tolist(), [paths[i] for i in tree.path.tolist()],
                         strict=True))
         previous: dict[int, int] = {}
@@ -388,7 +362,7 @@ class _Expansion:
                 self.next_id += 1
                 yield Transfer(tid, x, y, chunk, COPY, path, deps)
                 at[y] = tid
-            if at:
+            if finished is not None and at:
                 finished[chunk] = max(at.values())
             previous = at
 

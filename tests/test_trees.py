@@ -206,6 +206,9 @@ def test_cli_refuses_compact_for_other_algorithms(tmp_path, capsys, monkeypatch)
     outcome = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "ring", "--compact", "-o", "t.json"], capsys,
                       monkeypatch)
     assert_refused(outcome, "--compact", "only forest", tmp_path)
+    outcome = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "forest", "--compact", "-O", "size=1GiB", "-o",
+                       "t.json"], capsys, monkeypatch)
+    assert_refused(outcome, "--option", "size is not an option of the trees form", tmp_path)
 
 
 def test_cli_reads_trees_past_the_transfer_limit_where_it_can(tmp_path, capsys, monkeypatch):
