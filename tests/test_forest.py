@@ -499,6 +499,28 @@ def test_cli_bound_text_and_json():
     assert data["cut"]["egress_GBps"] == "332" and len(data["cut"]["gpus"]) == 30
 
 
+@pytest.mark.parametrize("spec", ["mi250:boxes=2", "dgx-a100:boxes=2"])
+def test_cli_bound_shows_the_allreduce_bound_compare_rates_against(spec):
+    """RS then AG (the row forest's allreduce can reach) and the proven allreduce bound are two numbers:
+    on 2 x MI250 the proven bound is higher (not known to be tight), on a symmetric switch fabric equal."""
+    from synth.bounds import time_bound
+    from synth.cli import app
+
+    result = CliRunner().invoke(app, ["bound", spec, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    proven = time_bound(load_topology(spec), Kind.ALLREDUCE).bandwidth_algbw_GBps()
+    assert data["allreduce_bound_algbw_GBps"] == proven >= data["allreduce_algbw_GBps"] * (1 - 1e-12)
+    text = " ".join(CliRunner().invoke(app, ["bound", spec]).output.split())
+    if spec.startswith("mi250"):
+        assert proven > data["allreduce_algbw_GBps"] * 1.05
+        ceiling = data["allreduce_algbw_GBps"] / proven
+        assert f"at most {ceiling:.1%} of it" in text
+    else:
+        assert proven == pytest.approx(data["allreduce_algbw_GBps"], rel=1e-12)
+        assert "reducescatter then allgather reaches it" in text
+
+
 def test_cli_generate_forest(tmp_path):
     from synth.cli import app
 

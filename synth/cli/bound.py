@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 #: Names listed per group before the rest are summarized (``--json`` lists everything).
 SHOWN = 16
+#: Up to this many gpus ``bound`` also proves the allreduce lower bound (2(N-1) max-flows: about 3 s at
+#: 2,048 gpus, minutes at 16,384).
+ALLREDUCE_BOUND_MAX_GPUS = 2048
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +52,8 @@ def bound(
     as_json: bool = JSON_OPTION,
     as_csv: bool = CSV_OPTION,
 ) -> None:
-    """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR, the (U, k) trees it needs, and
+    """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR (AR as RS then AG, beside the
+    proven allreduce ceiling that ``compare`` rates against), the (U, k) trees it needs, and
     the bottleneck cut: the gpus and switches whose egress links limit everyone ("why is my fabric slow").
     With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it."""
     from synth.algorithms.forest.plan import unbalanced_switches
@@ -64,8 +68,10 @@ def bound(
     result = optimal_bound(topo)
     broadcast = algbw_bound(topo, Kind.BROADCAST)
     limited = limited_trees(topo, max_trees_per_root) if max_trees_per_root else None
+    allreduce = _allreduce_bound(topo)
     if as_json:
         data = result.to_dict()
+        data["allreduce_bound_algbw_GBps"] = allreduce
         data["broadcast_algbw_GBps_root0"] = broadcast
         data["unbalanced_switches"] = [{"switch": name, "ingress_GBps": str(inward), "egress_GBps": str(outward)}
                                        for name, inward, outward in unbalanced_switches(topo)]
@@ -85,6 +91,8 @@ def bound(
         ["allgather algbw", f"{result.algbw_GBps:.2f} GB/s", f"= {n} x {result.rate_GBps} GB/s per gpu"],
         ["reducescatter algbw", f"{result.reducescatter_algbw_GBps:.2f} GB/s", "reversed links"],
         ["allreduce algbw", f"{result.allreduce_algbw_GBps:.2f} GB/s", "reducescatter then allgather"],
+        ["allreduce bound", f"{allreduce:.2f} GB/s" if allreduce else "-", _allreduce_note(result.allreduce_algbw_GBps,
+                                                                                           allreduce)],
         ["broadcast algbw (root 0)", f"{broadcast:.2f} GB/s" if broadcast else "-", "min cut from the root"],
         ["trees (k per root)", f"k = {result.trees_per_root}", f"{n * result.trees_per_root} trees in all"],
         ["link load (U)", f"U = {result.trees_per_unit}",
@@ -114,6 +122,25 @@ def bound(
     for name, inward, outward in unbalanced_switches(topo)[:8]:
         console.print(f"[yellow]note[/yellow]: switch {shown(name)} receives {inward} GB/s but sends {outward} GB/s; "
                       "switches do not multicast, so this bound may not be reachable")
+
+
+def _allreduce_bound(topo: Topology) -> float | None:
+    """The proven allreduce algbw ceiling (:func:`synth.bounds.time_bound`, links only; what ``compare``
+    rates allreduce against), or None above :data:`ALLREDUCE_BOUND_MAX_GPUS` gpus."""
+    from synth.bounds import time_bound
+
+    if topo.num_ranks > ALLREDUCE_BOUND_MAX_GPUS:
+        return None
+    return time_bound(topo, Kind.ALLREDUCE).bandwidth_algbw_GBps()
+
+
+def _allreduce_note(series_GBps: float, bound_GBps: float | None) -> str:  # noqa: N803
+    if bound_GBps is None:
+        return f"not computed above {ALLREDUCE_BOUND_MAX_GPUS:,} gpus"
+    if bound_GBps <= series_GBps * (1 + 1e-9):
+        return "proven ceiling: reducescatter then allgather reaches it"
+    return (f"proven, not known to be tight; reducescatter then allgather reaches at most "
+            f"{series_GBps / bound_GBps:.1%} of it")
 
 
 def _alltoall(topo: Topology, as_json: bool) -> None:

@@ -246,7 +246,9 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
     Every tree count is evaluated with the plan rule's slices; the :data:`FINE_SLICE_CANDIDATES` fastest
     are evaluated again with :data:`FINE_SLICE_BYTES` slices when their chunks are larger (and the
     simulation is within the evaluator's limit), which the chosen schedule then pins in
-    ``params["plan"]``. Ties go to fewer trees, then to the rule's slices.
+    ``params["plan"]``. Ties go to fewer trees, then to the rule's slices. Only those fastest need exact
+    times, so a variant's simulation stops (recorded as None) once it is slower than the
+    :data:`FINE_SLICE_CANDIDATES` fastest so far: the choice is the one every variant run in full would give.
     """
     from synth.evaluate import evaluate
 
@@ -260,13 +262,16 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         k = _trees(schedule)  # a limit can reach its best rate with fewer trees: the same schedule again
         if str(k) in times:
             continue
-        seconds = evaluate(schedule, topology, size).time_s
-        times[str(k)] = seconds
+        # only the FINE_SLICE_CANDIDATES fastest need exact times: a variant slower than all of them is cut off
+        known = sorted(seconds for seconds in times.values() if seconds is not None)
+        cutoff = known[FINE_SLICE_CANDIDATES - 1] if len(known) >= FINE_SLICE_CANDIDATES else None
+        seconds = evaluate(schedule, topology, size, cutoff=cutoff).time_s
+        times[str(k)] = seconds if math.isfinite(seconds) else None
         variants.append((k, schedule))
         if best is None or seconds < best[0]:
             best = (seconds, k, None, schedule)
     assert best is not None
-    ranked = sorted(variants, key=lambda variant: times[str(variant[0])] or 0.0)
+    ranked = sorted(variants, key=lambda variant: times[str(variant[0])] or math.inf)
     for k, schedule in ranked[:FINE_SLICE_CANDIDATES]:
         if size / schedule.chunks <= FINE_SLICE_BYTES:
             continue  # the rule's slices are no larger already
