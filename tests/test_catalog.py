@@ -48,9 +48,11 @@ def test_catalog_schedule_verifies_and_matches_its_figures(entry):
     assert entry["command"] in readme
     if entry["msccl"]:
         assert (SCHEDULES / entry["msccl"]).read_text().lstrip().startswith("<")
-    summary = explain(schedule, topology, size=CATALOG_SIZE)  # `synth explain` works on every catalog file
+    # `synth explain` works on every catalog file (at 1 MiB: its time at 1 GiB is the one just checked, and
+    # the largest entries take minutes to simulate there)
+    summary = explain(schedule, topology, size=2**20)
     assert sum(step.transfers for step in summary.steps) == len(schedule.transfers)
-    assert summary.lower_bound_s <= evaluate(schedule, topology, CATALOG_SIZE).time_s * (1 + 1e-9)
+    assert summary.time_s is not None and summary.lower_bound_s <= summary.time_s * (1 + 1e-9)
 
 
 def test_catalog_is_present_and_small():
