@@ -13,8 +13,8 @@ import synth.catalog as catalog
 from synth.catalog import CATALOG_SIZE, build_catalog, check_catalog, render_readme, slug
 from synth.cli import app
 from synth.collectives import Kind
-from synth.evaluate import evaluate
-from synth.explain import explain
+from synth.evaluate import congestion, evaluate
+from synth.explain import critical_path, explain, levels
 from synth.library import load_topology
 from synth.schedule import Schedule
 from synth.verify import verify
@@ -53,6 +53,9 @@ def test_catalog_schedule_verifies_and_matches_its_figures(entry):
     summary = explain(schedule, topology, size=2**20)
     assert sum(step.transfers for step in summary.steps) == len(schedule.transfers)
     assert summary.time_s is not None and summary.lower_bound_s <= summary.time_s * (1 + 1e-9)
+    # and explain's lower bound at 1 GiB (congestion, critical path) holds against the time checked above
+    chain = critical_path(schedule, topology, CATALOG_SIZE, levels(schedule), result.plan.slices)
+    assert max(congestion(schedule, topology).time(CATALOG_SIZE), chain.time_s) <= result.time_s * (1 + 1e-9)
 
 
 def test_catalog_is_present_and_small():
