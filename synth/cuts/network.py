@@ -31,6 +31,8 @@ _SHARED: weakref.WeakKeyDictionary[Topology, dict] = weakref.WeakKeyDictionary()
 INFINITY = 1 << 60
 #: Above this total of finite capacity the compiled solver could overflow: use exact Python integers.
 _SAFE_TOTAL = 1 << 58
+#: Capacities below this are kept in an int64 array (exactly); a larger one switches it to Python integers.
+_INT64_EXACT = 1 << 62
 
 
 @dataclass
@@ -157,7 +159,9 @@ class FlowSolver:
         self._solver = max_flow.SimpleMaxFlow()
         self._tails: list[int] = []
         self._heads: list[int] = []
-        self._caps: list[int] = []
+        # exact capacities by arc: int64 while they fit, Python integers (dtype object) once one does not
+        self._caps: np.ndarray = np.zeros(64, dtype=np.int64)
+        self._num_arcs = 0
         self._finite_total = 0
         self._python_side: list[int] | None = None
         self.calls = 0
@@ -169,32 +173,98 @@ class FlowSolver:
         if new != INFINITY:
             self._finite_total += new
 
+    def _make_room(self, count: int, largest: int) -> None:
+        """Room for ``count`` more arcs, and an array type that holds ``largest`` exactly."""
+        if largest >= _INT64_EXACT and self._caps.dtype != object:
+            self._caps = self._caps.astype(object)
+        needed = self._num_arcs + count
+        if needed > len(self._caps):
+            grown = np.zeros(max(needed, 2 * len(self._caps)), dtype=self._caps.dtype)
+            grown[:self._num_arcs] = self._caps[:self._num_arcs]
+            self._caps = grown
+
+    @staticmethod
+    def _finite_sum(values: np.ndarray) -> int:
+        """The exact sum of the values that are not :data:`INFINITY`."""
+        finite = values[values != INFINITY]
+        if len(finite) == 0:
+            return 0
+        if finite.dtype != object and int(finite.max()) * len(finite) < _INT64_EXACT:
+            return int(finite.sum())
+        return int(finite.astype(object).sum())
+
     def add_arc(self, tail: int, head: int, capacity: int = 0) -> int:
         """Add an arc and return its index."""
+        self._make_room(1, capacity)
         self._tails.append(tail)
         self._heads.append(head)
-        self._caps.append(capacity)
+        self._caps[self._num_arcs] = capacity
+        self._num_arcs += 1
         self._count_finite(0, capacity)
         return self._solver.add_arc_with_capacity(tail, head, min(capacity, INFINITY))
 
     def capacity(self, arc: int) -> int:
         """The arc's current capacity."""
-        return self._caps[arc]
+        return int(self._caps[arc])
 
     def set_capacity(self, arc: int, capacity: int) -> None:
         """Change one arc's capacity."""
-        self._count_finite(self._caps[arc], capacity)
+        self._make_room(0, capacity)
+        self._count_finite(int(self._caps[arc]), capacity)
         self._caps[arc] = capacity
         self._solver.set_arc_capacity(arc, min(capacity, INFINITY))
 
     def set_capacities(self, arcs: Sequence[int], capacities: Sequence[int]) -> None:
-        """Change many arcs' capacities at once."""
-        for arc, capacity in zip(arcs, capacities, strict=True):
-            self._count_finite(self._caps[arc], capacity)
-            self._caps[arc] = capacity
-        if arcs:
-            self._solver.set_arcs_capacity(np.asarray(arcs, dtype=np.int32),
-                                           np.minimum(np.asarray(capacities, dtype=object), INFINITY).astype(np.int64))
+        """Change many arcs' capacities at once (an arc named twice takes its last capacity)."""
+        if len(arcs) != len(capacities):
+            raise ValueError(f"{len(arcs)} arcs but {len(capacities)} capacities")
+        if not len(arcs):
+            return
+        index = np.asarray(arcs, dtype=np.int64)
+        values = list(capacities)
+        if len(np.unique(index)) < len(index):
+            for arc, capacity in zip(index.tolist(), values, strict=True):
+                self.set_capacity(arc, capacity)
+            return
+        self._make_room(0, max(values))
+        self._assign(index, np.asarray(values, dtype=self._caps.dtype))
+
+    def _assign(self, arcs: np.ndarray, values: np.ndarray) -> None:
+        """Store distinct ``arcs``' new capacities and pass them to the compiled solver."""
+        self._finite_total += self._finite_sum(values) - self._finite_sum(self._caps[arcs])
+        self._caps[arcs] = values
+        self._solver.set_arcs_capacity(arcs.astype(np.int32), np.minimum(values, INFINITY).astype(np.int64))
+
+    def add_arcs(self, tails: np.ndarray, heads: np.ndarray, capacity: int) -> np.ndarray:
+        """Add one arc per (tail, head) pair, all of capacity ``capacity``; return their indices.
+
+        The bulk form of :meth:`add_arc`, for callers that add thousands of arcs at a time."""
+        count = len(tails)
+        if count == 0:
+            return np.zeros(0, dtype=np.int64)
+        self._make_room(count, capacity)
+        self._tails.extend(tails.tolist())
+        self._heads.extend(heads.tolist())
+        self._caps[self._num_arcs:self._num_arcs + count] = capacity
+        self._num_arcs += count
+        if capacity != INFINITY:
+            self._finite_total += capacity * count
+        capacities = np.full(count, min(capacity, INFINITY), dtype=np.int64)
+        return np.asarray(self._solver.add_arcs_with_capacity(tails.astype(np.int32), heads.astype(np.int32),
+                                                              capacities), dtype=np.int64)
+
+    def fill_capacities(self, arcs: np.ndarray, capacities: np.ndarray | int) -> None:
+        """Set distinct ``arcs`` (an index array) to ``capacities`` (one each, or one for all): the bulk
+        form of :meth:`set_capacity`."""
+        if len(arcs) == 0:
+            return
+        if isinstance(capacities, int):
+            self._make_room(0, capacities)
+            values = np.full(len(arcs), capacities, dtype=self._caps.dtype)
+        else:
+            self._make_room(0, int(capacities.max()))
+            values = capacities.astype(self._caps.dtype)
+        self._assign(arcs, values)
 
     def max_flow(self, source: int, sink: int) -> int:
         """The maximum flow value from ``source`` to ``sink`` (``>= INFINITY`` means unbounded).
@@ -218,7 +288,7 @@ class FlowSolver:
         unbounded = self._finite_total + 1
         graph = nx.DiGraph()
         graph.add_nodes_from(range(self.num_nodes))
-        for tail, head, cap in zip(self._tails, self._heads, self._caps, strict=True):
+        for tail, head, cap in zip(self._tails, self._heads, self._caps[:self._num_arcs].tolist(), strict=True):
             if cap == INFINITY:
                 cap = unbounded
             if cap <= 0 or tail == head:

@@ -18,8 +18,10 @@ flow - unfinished). When mu < m the class splits into mu copies that take the ar
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from synth.cuts.network import INFINITY, FlowSolver
 
@@ -47,7 +49,7 @@ class _Packer:
         self.n = num_compute
         self.source = num_compute
         self.solver = FlowSolver(num_compute + 1)
-        self.remaining = dict(capacity)
+        self.remaining: MutableMapping[tuple[int, int], int] = dict(capacity)
         self.arc = {key: self.solver.add_arc(key[0], key[1], cap) for key, cap in sorted(capacity.items())}
         self.out: list[list[int]] = [[] for _ in range(num_compute)]
         for u, v in sorted(capacity):
@@ -186,61 +188,153 @@ class _Packer:
         return done
 
 
+class _ArcValues(MutableMapping[tuple[int, int], int]):
+    """A (tail, head) -> value view of an array indexed by solver arc: the symmetric packer keeps the
+    remaining capacities in an array (it updates a whole arc orbit at once) and the shared code reads them
+    one arc at a time."""
+
+    def __init__(self, index: dict[tuple[int, int], int], values: np.ndarray) -> None:
+        self.index = index
+        self.array = values
+
+    def __getitem__(self, arc: tuple[int, int]) -> int:
+        return int(self.array[self.index[arc]])
+
+    def __setitem__(self, arc: tuple[int, int], value: int) -> None:
+        self.array[self.index[arc]] = value
+
+    def __delitem__(self, arc: tuple[int, int]) -> None:
+        raise TypeError("the arcs of a packing are fixed")
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
 class _SymmetricPacker(_Packer):
     """Packs only the trees of one root per gpu orbit; each stands for its images under the group.
 
     Adding an arc adds its whole orbit (one image per translate of the tree), which keeps the state
     invariant, so the completion test needs one max-flow per gpu orbit rather than one per gpu. The test
-    is run for the candidate multiplicity and, if it fails, for smaller ones by bisection."""
+    is run for the candidate multiplicity and, if it fails, for smaller ones by bisection.
+
+    A tree class here has one auxiliary node per group element (an int64 array, element i the aux of the
+    i-th translate), and every orbit update (remaining capacities, aux arcs) is one array operation over
+    the group: the per-arc work is then a few numpy calls, not |group| Python steps, which keeps the time
+    proportional to the trees' arcs as clusters grow."""
 
     def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int],
                  group: list[list[int]], batch_size: int | None = None) -> None:
         super().__init__(num_compute, capacity, copies)
         self.group = [g[:num_compute] for g in group]
         self.batch_size = SYMMETRIC_BATCH if batch_size is None else batch_size
-        self.representatives = sorted({min(g[v] for g in self.group) for v in range(num_compute)})
+        # images[v, i]: where the i-th group element sends gpu v
+        self.images = np.asarray(self.group, dtype=np.int64).T.copy()
+        ordered = np.sort(self.images, axis=1)
+        if len(self.group) > 1 and not (ordered[:, 1:] > ordered[:, :-1]).all():
+            raise ValueError("the symmetric packer needs a group that moves gpus freely")
+        self.representatives = sorted(set(self.images.min(axis=1).tolist()))
+        keys = sorted(capacity)  # the solver's first arcs, in this order: arc (x, y) has index keys.index((x, y))
+        self.arc_keys = np.asarray([x * num_compute + y for x, y in keys], dtype=np.int64)
+        self.remaining_by_arc = np.asarray([capacity[key] for key in keys], dtype=np.int64)
+        self.remaining = _ArcValues(self.arc, self.remaining_by_arc)
+        self.aux_base = self.next_node
+        self.aux_table = np.full((0, num_compute), -1, dtype=np.int64)  # aux row -> its arc to each gpu (-1: none)
+        self.aux_source_arc = np.zeros(0, dtype=np.int64)
+        self.free_blocks: list[np.ndarray] = []
 
     def roots(self) -> list[int]:
         return [r for r in self.representatives if self.unstarted[r]]
 
+    # ------------------------------------------------------------------- orbits as arrays
+    def _image_arcs(self, x: int, y: int) -> np.ndarray:
+        """Solver arcs of the images of (x, y), one per group element."""
+        return np.searchsorted(self.arc_keys, self.images[x] * self.n + self.images[y])
+
+    def _new_auxes(self, copies: int, nodes: Sequence[int]) -> np.ndarray:
+        """One aux node per group element, each joined to the images of ``nodes`` under its element."""
+        if self.free_blocks:
+            auxes = self.free_blocks.pop()
+            self.solver.fill_capacities(self.aux_source_arc[auxes - self.aux_base], copies)
+        else:
+            count = len(self.group)
+            auxes = np.arange(self.next_node, self.next_node + count, dtype=np.int64)
+            self.next_node += count
+            self.solver.num_nodes = self.next_node
+            self.aux_table = np.concatenate([self.aux_table, np.full((count, self.n), -1, dtype=np.int64)])
+            sources = self.solver.add_arcs(np.full(count, self.source, dtype=np.int64), auxes, copies)
+            self.aux_source_arc = np.concatenate([self.aux_source_arc, sources])
+        for v in nodes:
+            self._aux_to_images(auxes, v, INFINITY)
+        return auxes
+
+    def _aux_to_images(self, auxes: np.ndarray, v: int, capacity: int) -> None:
+        """Set the arc from each aux to its element's image of ``v`` to ``capacity`` (adding it if new)."""
+        rows = auxes - self.aux_base
+        heads = self.images[v]
+        existing = self.aux_table[rows, heads]
+        have = existing >= 0
+        if have.all():
+            self.solver.fill_capacities(existing, capacity)
+            return
+        self.solver.fill_capacities(existing[have], capacity)
+        missing = ~have
+        self.aux_table[rows[missing], heads[missing]] = self.solver.add_arcs(auxes[missing], heads[missing], capacity)
+
+    def _free_block(self, auxes: np.ndarray) -> None:
+        rows = auxes - self.aux_base
+        self.solver.fill_capacities(self.aux_source_arc[rows], 0)
+        arcs = self.aux_table[rows].ravel()
+        self.solver.fill_capacities(arcs[arcs >= 0], 0)
+        self.free_blocks.append(auxes)
+
+    def _finish(self, tree: TreeClass, auxes: list[int]) -> None:
+        block = np.asarray(auxes, dtype=np.int64)
+        self.unfinished -= tree.copies * len(block)
+        self._free_block(block)
+
     def _start(self, root: int) -> tuple[TreeClass, list[int]]:
         tree = TreeClass(root, self.unstarted[root], [], [root])
-        auxes = []
-        for g in self.group:
-            self.unstarted[g[root]] = 0
-            self.solver.set_capacity(self.root_arc[g[root]], 0)
-            auxes.append(self._new_aux(tree.copies, [g[root]]))
-        return tree, auxes
+        roots = self.images[root].tolist()
+        for r in roots:
+            self.unstarted[r] = 0
+        self.solver.fill_capacities(np.asarray([self.root_arc[r] for r in roots], dtype=np.int64), 0)
+        return tree, self._new_auxes(tree.copies, [root])  # type: ignore[return-value]
 
     def _passes(self) -> bool:
         return all(self.solver.max_flow(self.source, v) >= self.unfinished for v in self.representatives)
 
     def _apply(self, tree: TreeClass, auxes: list[int], x: int, y: int, mu: int) -> list[int]:
-        rest: list[int] = []
+        block = np.asarray(auxes, dtype=np.int64)
+        rest = np.zeros(0, dtype=np.int64)
         if mu < tree.copies:
-            rest = [self._new_aux(tree.copies - mu, [g[v] for v in tree.nodes]) for g in self.group]
-            for aux in auxes:
-                self.solver.set_capacity(self.aux_source[aux], mu)
-        for g, aux in zip(self.group, auxes, strict=True):
-            arc = (g[x], g[y])
-            self.remaining[arc] -= mu
-            self.solver.set_capacity(self.arc[arc], self.remaining[arc])
-            self._aux_to(aux, g[y], INFINITY)
-        return rest
+            rest = self._new_auxes(tree.copies - mu, tree.nodes)
+            self.solver.fill_capacities(self.aux_source_arc[block - self.aux_base], mu)
+        arcs = self._image_arcs(x, y)
+        self.remaining_by_arc[arcs] -= mu
+        self.solver.fill_capacities(arcs, self.remaining_by_arc[arcs])
+        self._aux_to_images(block, y, INFINITY)
+        return rest  # type: ignore[return-value]
 
     def _revert(self, tree: TreeClass, auxes: list[int], x: int, y: int, mu: int, rest: list[int]) -> None:
-        for aux in rest:
-            self._free(aux)
-        for g, aux in zip(self.group, auxes, strict=True):
-            arc = (g[x], g[y])
-            self.remaining[arc] += mu
-            self.solver.set_capacity(self.arc[arc], self.remaining[arc])
-            self._aux_to(aux, g[y], 0)
-            self.solver.set_capacity(self.aux_source[aux], tree.copies)
+        block = np.asarray(auxes, dtype=np.int64)
+        if len(rest):
+            self._free_block(np.asarray(rest, dtype=np.int64))
+        arcs = self._image_arcs(x, y)
+        self.remaining_by_arc[arcs] += mu
+        self.solver.fill_capacities(arcs, self.remaining_by_arc[arcs])
+        self._aux_to_images(block, y, 0)
+        self.solver.fill_capacities(self.aux_source_arc[block - self.aux_base], tree.copies)
+
+    def _orbit_remaining(self, x: int, y: int) -> int:
+        """The least remaining capacity over the images of (x, y)."""
+        return int(self.remaining_by_arc[self._image_arcs(x, y)].min())
 
     def _extend(self, tree: TreeClass, auxes: list[int], x: int, y: int,
                 stack: list[tuple[TreeClass, list[int]]]) -> int:
-        top = min(tree.copies, min(self.remaining[(g[x], g[y])] for g in self.group))
+        top = min(tree.copies, self._orbit_remaining(x, y))
         if top <= 0:
             return 0
         rest = self._apply(tree, auxes, x, y, top)
@@ -377,7 +471,7 @@ class _SymmetricPacker(_Packer):
             _, _, x, y = item
             if inside[y] or self.remaining[(x, y)] <= 0:
                 continue
-            if self.batch_size > 1 and min(self.remaining[(g[x], g[y])] for g in self.group) >= tree.copies:
+            if self.batch_size > 1 and self._orbit_remaining(x, y) >= tree.copies:
                 self._apply(tree, auxes, x, y, tree.copies)
                 batch.append((x, y))
                 add(x, y)
@@ -395,11 +489,16 @@ class _SymmetricPacker(_Packer):
 
     def pack(self) -> list[TreeClass]:
         done = super().pack()
+        per_tree: list[tuple[list[int], list[list[int]], list[list[int]], list[list[int]]]] = []
+        for tree in done:  # each tree's images, one row per group element
+            tails = self.images[[x for x, _ in tree.arcs]].T.tolist()
+            heads = self.images[[y for _, y in tree.arcs]].T.tolist()
+            nodes = self.images[tree.nodes].T.tolist()
+            per_tree.append((self.images[tree.root].tolist(), tails, heads, nodes))
         expanded: list[TreeClass] = []
-        for g in self.group:
-            for tree in done:
-                expanded.append(TreeClass(g[tree.root], tree.copies, [(g[x], g[y]) for x, y in tree.arcs],
-                                          [g[v] for v in tree.nodes]))
+        for i in range(len(self.group)):
+            for tree, (roots, tails, heads, nodes) in zip(done, per_tree, strict=True):
+                expanded.append(TreeClass(roots[i], tree.copies, list(zip(tails[i], heads[i], strict=True)), nodes[i]))
         expanded.sort(key=lambda tree: tree.root)
         return expanded
 
