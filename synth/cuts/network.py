@@ -157,9 +157,10 @@ class FlowSolver:
     def __init__(self, num_nodes: int) -> None:
         self.num_nodes = num_nodes
         self._solver = max_flow.SimpleMaxFlow()
-        self._tails: list[int] = []
-        self._heads: list[int] = []
-        # exact capacities by arc: int64 while they fit, Python integers (dtype object) once one does not
+        # arcs' ends, and their exact capacities: int64 while they fit, Python integers (dtype object) once
+        # one does not; each array has room for more arcs than there are (``_num_arcs``)
+        self._tails = np.zeros(64, dtype=np.int64)
+        self._heads = np.zeros(64, dtype=np.int64)
         self._caps: np.ndarray = np.zeros(64, dtype=np.int64)
         self._num_arcs = 0
         self._finite_total = 0
@@ -179,9 +180,10 @@ class FlowSolver:
             self._caps = self._caps.astype(object)
         needed = self._num_arcs + count
         if needed > len(self._caps):
-            grown = np.zeros(max(needed, 2 * len(self._caps)), dtype=self._caps.dtype)
-            grown[:self._num_arcs] = self._caps[:self._num_arcs]
-            self._caps = grown
+            size = max(needed, 2 * len(self._caps))
+            self._tails, self._heads, self._caps = (
+                np.concatenate([array[:self._num_arcs], np.zeros(size - self._num_arcs, dtype=array.dtype)])
+                for array in (self._tails, self._heads, self._caps))
 
     @staticmethod
     def _finite_sum(values: np.ndarray) -> int:
@@ -196,8 +198,8 @@ class FlowSolver:
     def add_arc(self, tail: int, head: int, capacity: int = 0) -> int:
         """Add an arc and return its index."""
         self._make_room(1, capacity)
-        self._tails.append(tail)
-        self._heads.append(head)
+        self._tails[self._num_arcs] = tail
+        self._heads[self._num_arcs] = head
         self._caps[self._num_arcs] = capacity
         self._num_arcs += 1
         self._count_finite(0, capacity)
@@ -243,8 +245,8 @@ class FlowSolver:
         if count == 0:
             return np.zeros(0, dtype=np.int64)
         self._make_room(count, capacity)
-        self._tails.extend(tails.tolist())
-        self._heads.extend(heads.tolist())
+        self._tails[self._num_arcs:self._num_arcs + count] = tails
+        self._heads[self._num_arcs:self._num_arcs + count] = heads
         self._caps[self._num_arcs:self._num_arcs + count] = capacity
         self._num_arcs += count
         if capacity != INFINITY:
@@ -288,7 +290,9 @@ class FlowSolver:
         unbounded = self._finite_total + 1
         graph = nx.DiGraph()
         graph.add_nodes_from(range(self.num_nodes))
-        for tail, head, cap in zip(self._tails, self._heads, self._caps[:self._num_arcs].tolist(), strict=True):
+        count = self._num_arcs
+        for tail, head, cap in zip(self._tails[:count].tolist(), self._heads[:count].tolist(),
+                                   self._caps[:count].tolist(), strict=True):
             if cap == INFINITY:
                 cap = unbounded
             if cap <= 0 or tail == head:

@@ -98,6 +98,26 @@ def powers(sigma: list[int]) -> list[list[int]]:
 
 
 # ------------------------------------------------------------------------------- gpu orbits
+def orbit_minima(group: Sequence[Sequence[int]], nodes: Sequence[int]) -> dict[int, int]:
+    """Each of ``nodes``' least image under ``group`` (a whole group, not generators): its orbit's name.
+
+    Walks each orbit once (one lookup per group element per orbit), not every node's images.
+
+    Examples
+    --------
+    >>> orbit_minima([[0, 1, 2, 3], [1, 0, 3, 2]], range(4))
+    {0: 0, 1: 0, 2: 2, 3: 2}
+    """
+    least: dict[int, int] = {}
+    for v in nodes:
+        if v not in least:
+            orbit = [g[v] for g in group]
+            name = min(orbit)
+            for u in orbit:
+                least[u] = name
+    return {v: least[v] for v in nodes}
+
+
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))

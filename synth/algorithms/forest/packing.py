@@ -240,9 +240,12 @@ class _SymmetricPacker(_Packer):
         self.arc_keys = np.asarray([x * num_compute + y for x, y in keys], dtype=np.int64)
         self.remaining_by_arc = np.asarray([capacity[key] for key in keys], dtype=np.int64)
         self.remaining = _ArcValues(self.arc, self.remaining_by_arc)
+        # Aux nodes come in blocks, one node per group element (element i's aux is the block's i-th node):
+        # per block, each node's arc to each gpu (-1: none yet) and its arc from the source.
         self.aux_base = self.next_node
-        self.aux_table = np.full((0, num_compute), -1, dtype=np.int64)  # aux row -> its arc to each gpu (-1: none)
-        self.aux_source_arc = np.zeros(0, dtype=np.int64)
+        self.members = np.arange(len(self.group))
+        self.block_arcs: list[np.ndarray] = []
+        self.block_sources: list[np.ndarray] = []
         self.free_blocks: list[np.ndarray] = []
 
     def roots(self) -> list[int]:
@@ -257,36 +260,38 @@ class _SymmetricPacker(_Packer):
         """One aux node per group element, each joined to the images of ``nodes`` under its element."""
         if self.free_blocks:
             auxes = self.free_blocks.pop()
-            self.solver.fill_capacities(self.aux_source_arc[auxes - self.aux_base], copies)
+            self.solver.fill_capacities(self.block_sources[self._block(auxes)], copies)
         else:
             count = len(self.group)
             auxes = np.arange(self.next_node, self.next_node + count, dtype=np.int64)
             self.next_node += count
             self.solver.num_nodes = self.next_node
-            self.aux_table = np.concatenate([self.aux_table, np.full((count, self.n), -1, dtype=np.int64)])
-            sources = self.solver.add_arcs(np.full(count, self.source, dtype=np.int64), auxes, copies)
-            self.aux_source_arc = np.concatenate([self.aux_source_arc, sources])
+            self.block_arcs.append(np.full((count, self.n), -1, dtype=np.int64))
+            self.block_sources.append(self.solver.add_arcs(np.full(count, self.source, dtype=np.int64), auxes, copies))
         for v in nodes:
             self._aux_to_images(auxes, v, INFINITY)
         return auxes
 
+    def _block(self, auxes: np.ndarray) -> int:
+        return (int(auxes[0]) - self.aux_base) // len(self.group)
+
     def _aux_to_images(self, auxes: np.ndarray, v: int, capacity: int) -> None:
         """Set the arc from each aux to its element's image of ``v`` to ``capacity`` (adding it if new)."""
-        rows = auxes - self.aux_base
+        table = self.block_arcs[self._block(auxes)]
         heads = self.images[v]
-        existing = self.aux_table[rows, heads]
+        existing = table[self.members, heads]
         have = existing >= 0
         if have.all():
             self.solver.fill_capacities(existing, capacity)
             return
         self.solver.fill_capacities(existing[have], capacity)
         missing = ~have
-        self.aux_table[rows[missing], heads[missing]] = self.solver.add_arcs(auxes[missing], heads[missing], capacity)
+        table[self.members[missing], heads[missing]] = self.solver.add_arcs(auxes[missing], heads[missing], capacity)
 
     def _free_block(self, auxes: np.ndarray) -> None:
-        rows = auxes - self.aux_base
-        self.solver.fill_capacities(self.aux_source_arc[rows], 0)
-        arcs = self.aux_table[rows].ravel()
+        block = self._block(auxes)
+        self.solver.fill_capacities(self.block_sources[block], 0)
+        arcs = self.block_arcs[block].ravel()
         self.solver.fill_capacities(arcs[arcs >= 0], 0)
         self.free_blocks.append(auxes)
 
@@ -311,7 +316,7 @@ class _SymmetricPacker(_Packer):
         rest = np.zeros(0, dtype=np.int64)
         if mu < tree.copies:
             rest = self._new_auxes(tree.copies - mu, tree.nodes)
-            self.solver.fill_capacities(self.aux_source_arc[block - self.aux_base], mu)
+            self.solver.fill_capacities(self.block_sources[self._block(block)], mu)
         arcs = self._image_arcs(x, y)
         self.remaining_by_arc[arcs] -= mu
         self.solver.fill_capacities(arcs, self.remaining_by_arc[arcs])
@@ -326,7 +331,7 @@ class _SymmetricPacker(_Packer):
         self.remaining_by_arc[arcs] += mu
         self.solver.fill_capacities(arcs, self.remaining_by_arc[arcs])
         self._aux_to_images(block, y, 0)
-        self.solver.fill_capacities(self.aux_source_arc[block - self.aux_base], tree.copies)
+        self.solver.fill_capacities(self.block_sources[self._block(block)], tree.copies)
 
     def _orbit_remaining(self, x: int, y: int) -> int:
         """The least remaining capacity over the images of (x, y)."""
@@ -489,16 +494,13 @@ class _SymmetricPacker(_Packer):
 
     def pack(self) -> list[TreeClass]:
         done = super().pack()
-        per_tree: list[tuple[list[int], list[list[int]], list[list[int]], list[list[int]]]] = []
-        for tree in done:  # each tree's images, one row per group element
-            tails = self.images[[x for x, _ in tree.arcs]].T.tolist()
-            heads = self.images[[y for _, y in tree.arcs]].T.tolist()
-            nodes = self.images[tree.nodes].T.tolist()
-            per_tree.append((self.images[tree.root].tolist(), tails, heads, nodes))
+        ends = [([x for x, _ in tree.arcs], [y for _, y in tree.arcs]) for tree in done]
         expanded: list[TreeClass] = []
-        for i in range(len(self.group)):
-            for tree, (roots, tails, heads, nodes) in zip(done, per_tree, strict=True):
-                expanded.append(TreeClass(roots[i], tree.copies, list(zip(tails[i], heads[i], strict=True)), nodes[i]))
+        for g in self.group:
+            image = g.__getitem__
+            for tree, (tails, heads) in zip(done, ends, strict=True):
+                arcs = list(zip(map(image, tails), map(image, heads), strict=True))
+                expanded.append(TreeClass(g[tree.root], tree.copies, arcs, list(map(image, tree.nodes))))
         expanded.sort(key=lambda tree: tree.root)
         return expanded
 

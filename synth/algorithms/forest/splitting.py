@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from synth.cuts.network import FlowSolver, Network
+from synth.cuts.symmetry import orbit_minima
 
 Path = tuple[int, ...]
 
@@ -328,11 +329,10 @@ def split_switches(net: Network, capacities: Sequence[int], weights: Sequence[in
         for w in sorted(switches, key=lambda s: (len(splitter.in_nb[s] | splitter.out_nb[s]), s)):
             splitter.split(w)
     else:
-        orbits = {min(g[v] for g in group) for v in range(net.num_compute)}
-        representatives = sorted(orbits)
+        representatives = sorted(set(orbit_minima(group, range(net.num_compute)).values()))
         symmetric = _SymmetricSplitter(net, capacities, weights, trees, group, representatives)
         splitter = symmetric
-        heads = sorted({min(g[w] for g in group) for w in range(net.num_compute, net.num_nodes)},
+        heads = sorted(set(orbit_minima(group, range(net.num_compute, net.num_nodes)).values()),
                        key=lambda s: (len(symmetric.in_nb[s] | symmetric.out_nb[s]), s))
         for w in heads:
             symmetric.split_orbit(w)
