@@ -393,4 +393,5 @@ def free_group(net: Network, weights: Sequence[int], limit: int | None = None) -
             key = image.tobytes()
             if key not in full:
                 full[key] = generator[full[element.tobytes()]]
-    return [full[element.tobytes()].tolist() for element in group]
+    shared = list(range(net.num_nodes))  # one int object per node, shared by every permutation's list
+    return [list(map(shared.__getitem__, full[element.tobytes()].tolist())) for element in group]
