@@ -657,6 +657,27 @@ def test_orbits_and_free_groups_are_automorphisms():
     assert len(set(gpu_orbits(Network.from_topology(load_topology("torus:dims=4x3")), [1] * 12))) == 1
 
 
+def test_generated_groups_are_closed_and_refuse_non_free_ones():
+    """Elements are keyed by their image of gpu 0: a free group comes out whole and closed, and generators
+    that each move every gpu but generate a non-free group are refused."""
+    from synth.cuts.symmetry import _generated
+
+    rotate = np.array([1, 2, 3, 0])
+    assert [list(element) for element in _generated([rotate], 4, 100)] == \
+        [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
+    assert _generated([np.array([1, 0, 2, 3])], 4, 100) is None  # fixes gpus 2 and 3
+    assert _generated([rotate, np.array([3, 2, 1, 0])], 4, 100) is None  # the dihedral group: 8 > 4 elements
+    assert _generated([rotate], 4, 3) is None  # over the limit
+    # Z4 x Z2 acting on 8 gpus (two rings of 4): closed under composition, every element moves every gpu
+    turn = np.array([1, 2, 3, 0, 5, 6, 7, 4])
+    swap = np.array([4, 5, 6, 7, 0, 1, 2, 3])
+    group = _generated([turn, swap], 8, 100)
+    assert group is not None and len(group) == 8
+    keys = {tuple(element) for element in group}
+    assert all(tuple(a[b]) in keys for a in group for b in group)
+    assert all((element != np.arange(8)).all() for element in group[1:])
+
+
 def test_bound_at_scale_matches_the_hand_count():
     """2,048 gpus: everything but one box receives through the box's 8 NICs of 25 GB/s."""
     topo = load_topology("dgx-a100:boxes=256")

@@ -319,10 +319,14 @@ def _extender(net: Network, weights: Sequence[int]) -> _Extender:
 def _generated(generators: list[np.ndarray], n: int, limit: int) -> list[np.ndarray] | None:
     """The group the gpu parts (first n entries) of ``generators`` generate, breadth first from the
     identity, or None when it has more than ``limit`` elements or an element other than the identity
-    fixes a gpu."""
+    fixes a gpu.
+
+    In a free group an element is known by where it sends gpu 0 (two that agree there differ by an
+    element fixing gpu 0), so elements are keyed by that one entry; two different elements with the same
+    key prove the group is not free."""
     identity = np.arange(n)
     parts = [g[:n] for g in generators]
-    seen = {identity.tobytes()}
+    seen = {0: identity}
     order = [identity]
     index = 0
     while index < len(order):
@@ -330,12 +334,15 @@ def _generated(generators: list[np.ndarray], n: int, limit: int) -> list[np.ndar
         index += 1
         for part in parts:
             image = part[element]
-            key = image.tobytes()
-            if key in seen:
-                continue
+            key = int(image[0])
+            known = seen.get(key)
+            if known is not None:
+                if np.array_equal(known, image):
+                    continue
+                return None
             if np.any(image == identity) or len(seen) >= limit:
                 return None
-            seen.add(key)
+            seen[key] = image
             order.append(image)
     return order
 
@@ -366,12 +373,13 @@ def free_group(net: Network, weights: Sequence[int], limit: int | None = None) -
     candidates = sorted(((g // h, g, h) for g in _divisors(n) for h in _divisors(g)[:-1]), key=lambda c: (-c[0], -c[1]))
     generators: list[np.ndarray] = []
     group: list[np.ndarray] = [ranks]
-    members = {ranks.tobytes()}
+    members = {0: ranks}  # the group's elements by their image of gpu 0 (see _generated)
     for order, g, h in candidates:
         if len(group) * 2 > limit:
             break
         gpu_image = ranks - ranks % g + (ranks % g + h) % g
-        if order > limit or gpu_image.tobytes() in members:
+        member = members.get(int(gpu_image[0]))
+        if order > limit or (member is not None and np.array_equal(member, gpu_image)):
             continue
         pi = extender.extend(dict(enumerate(gpu_image.tolist())))
         if pi is None:
@@ -382,16 +390,15 @@ def free_group(net: Network, weights: Sequence[int], limit: int | None = None) -
         grown = _generated(generators + [candidate], n, limit)
         if grown is not None:
             generators.append(candidate)
-            group, members = grown, {element.tobytes() for element in grown}
+            group, members = grown, {int(element[0]): element for element in grown}
     if not generators:
         return None
     # the whole permutations: each element found from an earlier one and a generator (breadth first)
-    full = {ranks.tobytes(): np.arange(net.num_nodes)}
+    full = {0: np.arange(net.num_nodes)}  # keyed by the image of gpu 0, as the group is free
     for element in group:
         for generator in generators:
-            image = generator[:n][element]
-            key = image.tobytes()
+            key = int(generator[element[0]])
             if key not in full:
-                full[key] = generator[full[element.tobytes()]]
+                full[key] = generator[full[int(element[0])]]
     shared = list(range(net.num_nodes))  # one int object per node, shared by every permutation's list
-    return [list(map(shared.__getitem__, full[element.tobytes()].tolist())) for element in group]
+    return [list(map(shared.__getitem__, full[int(element[0])].tolist())) for element in group]
