@@ -33,6 +33,8 @@ INFINITY = 1 << 60
 _SAFE_TOTAL = 1 << 58
 #: Capacities below this are kept in an int64 array (exactly); a larger one switches it to Python integers.
 _INT64_EXACT = 1 << 62
+#: From this many arcs on, ``set_capacities`` works on arrays (below, one arc at a time is faster).
+_BULK_ARCS = 32
 
 
 @dataclass
@@ -197,7 +199,8 @@ class FlowSolver:
 
     def add_arc(self, tail: int, head: int, capacity: int = 0) -> int:
         """Add an arc and return its index."""
-        self._make_room(1, capacity)
+        if self._num_arcs == len(self._caps) or capacity >= _INT64_EXACT:
+            self._make_room(1, capacity)
         self._tails[self._num_arcs] = tail
         self._heads[self._num_arcs] = head
         self._caps[self._num_arcs] = capacity
@@ -211,7 +214,8 @@ class FlowSolver:
 
     def set_capacity(self, arc: int, capacity: int) -> None:
         """Change one arc's capacity."""
-        self._make_room(0, capacity)
+        if capacity >= _INT64_EXACT:
+            self._make_room(0, capacity)
         self._count_finite(int(self._caps[arc]), capacity)
         self._caps[arc] = capacity
         self._solver.set_arc_capacity(arc, min(capacity, INFINITY))
@@ -222,8 +226,12 @@ class FlowSolver:
             raise ValueError(f"{len(arcs)} arcs but {len(capacities)} capacities")
         if not len(arcs):
             return
-        index = np.asarray(arcs, dtype=np.int64)
         values = list(capacities)
+        if len(arcs) < _BULK_ARCS:  # a few arcs: array set-up would cost more than it saves
+            for arc, capacity in zip(arcs, values, strict=True):
+                self.set_capacity(arc, capacity)
+            return
+        index = np.asarray(arcs, dtype=np.int64)
         if len(np.unique(index)) < len(index):
             for arc, capacity in zip(index.tolist(), values, strict=True):
                 self.set_capacity(arc, capacity)
