@@ -144,43 +144,53 @@ class _MaxMin:
 
     Raise every unfrozen flow's rate together until some link is full, freeze the flows crossing it,
     repeat. A class of ``m`` active flows weighs ``m`` on each of its links.
+
+    Classes that share no link with another class (joined through shared links, they form components of
+    one class: a torus's neighbour-to-neighbour paths, a box's direct links) need no filling: such a
+    class's rate is its narrowest link over its own flow count, one array division for all of them. Only
+    the classes of larger components are filled, and their rates are remembered by their member counts
+    alone, so an event that changes only a lone class reuses them. Filling the components apart gives the
+    rates filling them all together gives (a class's level depends only on the links of its component).
     """
 
     def __init__(self, entry_link: np.ndarray, entry_class: np.ndarray, capacity: np.ndarray,
                  num_classes: int) -> None:
-        self.entry_link = entry_link
-        self.entry_class = entry_class
         self.capacity = capacity
         self.num_classes = num_classes
-        # No link shared by two classes (a torus's neighbour-to-neighbour paths, say): each class's rate is
-        # its narrowest link over its own flow count, no filling needed.
-        self.private = bool(len(entry_link) == 0 or np.bincount(entry_link).max() <= 1)
-        if self.private:
-            self._narrowest = np.full(num_classes, np.inf)
-            np.minimum.at(self._narrowest, entry_class, capacity[entry_link])
+        shared = _shared_classes(entry_link, entry_class, len(capacity), num_classes)
+        # a lone class's rate is its narrowest link over its flow count (inf: no links, never active)
+        self._narrowest = np.full(num_classes, np.inf)
+        lone_entries = ~shared[entry_class]
+        np.minimum.at(self._narrowest, entry_class[lone_entries], capacity[entry_link[lone_entries]])
+        self.shared = np.flatnonzero(shared)
+        self.entry_link = entry_link[~lone_entries]
+        self.entry_class = entry_class[~lone_entries]
         # Pipelined schedules revisit the same sets of active flows many times (every slice of a step):
-        # the rates are a function of the member counts alone, so remember the latest few.
+        # the rates of the shared classes are a function of their member counts alone, so remember the
+        # latest few.
         self._memo: dict[bytes, np.ndarray] = {}
-        self._memo_entries = max(1, MEMO_BYTES // (16 * max(1, num_classes)))
+        self._memo_entries = max(1, MEMO_BYTES // (16 * max(1, len(self.shared))))
+        self._scratch = np.zeros(num_classes)
 
     def rates(self, members: np.ndarray, rate: np.ndarray) -> None:
         """Write the per-flow rate (bytes/s) of every class into ``rate`` (0 for idle classes)."""
-        if self.private:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                np.divide(self._narrowest, members, out=rate)
-            rate[members == 0] = 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(self._narrowest, members, out=rate)
+        rate[members == 0] = 0.0
+        if not len(self.shared):
             return
-        key = members.tobytes()
+        key = members[self.shared].tobytes()
         known = self._memo.get(key)
-        if known is not None:
-            rate[:] = known
-            return
-        self._fill(members, rate)
-        if len(self._memo) >= self._memo_entries:
-            self._memo.clear()
-        self._memo[key] = rate.copy()
+        if known is None:
+            self._fill(members, self._scratch)
+            known = self._scratch[self.shared]
+            if len(self._memo) >= self._memo_entries:
+                self._memo.clear()
+            self._memo[key] = known
+        rate[self.shared] = known
 
     def _fill(self, members: np.ndarray, rate: np.ndarray) -> None:
+        """Progressive filling over the shared classes' entries (rates of other classes left at 0)."""
         rate[:] = 0.0
         weight_all = members[self.entry_class].astype(np.float64)
         live = weight_all > 0
@@ -212,6 +222,23 @@ class _MaxMin:
             entry_link = entry_link[keep]
             entry_class = entry_class[keep]
             entry_weight = entry_weight[keep]
+
+
+def _shared_classes(entry_link: np.ndarray, entry_class: np.ndarray, num_links: int,
+                    num_classes: int) -> np.ndarray:
+    """Which classes lie in a component (classes joined by the links they share) of more than one class."""
+    if not len(entry_link):
+        return np.zeros(num_classes, dtype=bool)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    nodes = num_classes + num_links
+    incidence = coo_matrix((np.ones(len(entry_link), dtype=np.int8), (entry_class, num_classes + entry_link)),
+                           shape=(nodes, nodes))
+    _, label = connected_components(incidence, directed=False)
+    class_label = label[:num_classes]
+    shared: np.ndarray = np.bincount(class_label, minlength=nodes)[class_label] > 1
+    return shared
 
 
 def _csr(counts: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
