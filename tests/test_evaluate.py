@@ -147,6 +147,17 @@ def test_max_min_weights_count_each_flow_of_a_class():
     assert list(rates) == pytest.approx([2.0, 2.0, 0.0])
 
 
+def test_only_classes_that_share_a_link_are_filled():
+    # class 0 is alone on link 0; classes 1 and 2 share link 1; classes 3 and 4 are joined through link 3
+    solver = _MaxMin(*_incidence([[0], [1], [1], [2, 3], [3]]), np.array([4.0, 6.0, 5.0, 8.0]), 5)
+    assert solver.shared.tolist() == [1, 2, 3, 4]
+    rates = np.zeros(5)
+    solver.rates(np.array([2, 1, 2, 1, 3]), rates)
+    assert list(rates) == pytest.approx([2.0, 2.0, 2.0, 2.0, 2.0])
+    solver.rates(np.array([1, 1, 2, 0, 1]), rates)  # only the lone class and class 3 changed
+    assert list(rates) == pytest.approx([4.0, 2.0, 2.0, 0.0, 8.0])
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_max_min_rates_satisfy_the_bottleneck_characterization(data):
@@ -156,9 +167,17 @@ def test_max_min_rates_satisfy_the_bottleneck_characterization(data):
     class_links = [sorted(data.draw(st.sets(st.integers(0, num_links - 1), min_size=1, max_size=3)))
                    for _ in range(num_classes)]
     capacity = np.array([data.draw(st.sampled_from([1.0, 2.0, 3.0, 10.0])) for _ in range(num_links)])
-    members = np.array([data.draw(st.integers(0, 3)) for _ in range(num_classes)], dtype=np.int64)
-    rates = np.zeros(num_classes)
-    _MaxMin(*_incidence(class_links), capacity, num_classes).rates(members, rates)
+    solver = _MaxMin(*_incidence(class_links), capacity, num_classes)
+    # several member counts on one solver: its remembered rates of shared classes must not leak across them
+    for _ in range(data.draw(st.integers(1, 3))):
+        members = np.array([data.draw(st.integers(0, 3)) for _ in range(num_classes)], dtype=np.int64)
+        rates = np.zeros(num_classes)
+        solver.rates(members, rates)
+        _check_max_min(class_links, capacity, members, rates)
+
+
+def _check_max_min(class_links, capacity, members, rates):
+    num_links = len(capacity)
     load = np.zeros(num_links)
     for c, links in enumerate(class_links):
         for link in links:
