@@ -19,7 +19,7 @@ from synth.astra import (
     us_to_ns,
 )
 from synth.collectives import Kind
-from synth.errors import LimitError, NotApplicable, SynthError
+from synth.errors import InfeasibleError, LimitError, NotApplicable, SynthError
 from synth.evaluate import evaluate
 from synth.library import load_topology
 from synth.proto.et_def import NodeType
@@ -329,7 +329,7 @@ def test_exported_traces_do_not_depend_on_issue_order(topology, kind, data):
     slices, window = data.draw(st.sampled_from([(1, None), (3, None), (4, 2)]))
     try:
         schedule = synthesize(topology, kind, name)
-    except NotApplicable:
+    except (NotApplicable, InfeasibleError):  # documented refusals (forest: a switch that sends more than it receives)
         return
     lowered = lower(schedule, topology, MIB, extras=False, slices=slices, window=window)
     assert _runs_alike(lowered.program, lowered.network)
