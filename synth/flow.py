@@ -145,12 +145,11 @@ class _MaxMin:
     Raise every unfrozen flow's rate together until some link is full, freeze the flows crossing it,
     repeat. A class of ``m`` active flows weighs ``m`` on each of its links.
 
-    Classes that share no link with another class (joined through shared links, they form components of
-    one class: a torus's neighbour-to-neighbour paths, a box's direct links) need no filling: such a
-    class's rate is its narrowest link over its own flow count, one array division for all of them. Only
-    the classes of larger components are filled, and their rates are remembered by their member counts
-    alone, so an event that changes only a lone class reuses them. Filling the components apart gives the
-    rates filling them all together gives (a class's level depends only on the links of its component).
+    Classes that share no link with another class (a torus's neighbour-to-neighbour paths, a box's direct
+    links) need no filling: such a class's rate is its narrowest link over its own flow count, one array
+    division for all of them. Only the classes that share a link are filled, and their rates are
+    remembered by their member counts alone, so an event that changes only a lone class reuses them. A
+    lone class touches no other class's link, so leaving it out changes no other class's level.
     """
 
     def __init__(self, entry_link: np.ndarray, entry_class: np.ndarray, capacity: np.ndarray,
@@ -226,18 +225,10 @@ class _MaxMin:
 
 def _shared_classes(entry_link: np.ndarray, entry_class: np.ndarray, num_links: int,
                     num_classes: int) -> np.ndarray:
-    """Which classes lie in a component (classes joined by the links they share) of more than one class."""
-    if not len(entry_link):
-        return np.zeros(num_classes, dtype=bool)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    nodes = num_classes + num_links
-    incidence = coo_matrix((np.ones(len(entry_link), dtype=np.int8), (entry_class, num_classes + entry_link)),
-                           shape=(nodes, nodes))
-    _, label = connected_components(incidence, directed=False)
-    class_label = label[:num_classes]
-    shared: np.ndarray = np.bincount(class_label, minlength=nodes)[class_label] > 1
+    """Which classes cross a link that another class crosses too (paths are simple: one entry per link)."""
+    shared = np.zeros(num_classes, dtype=bool)
+    crossing = np.bincount(entry_link, minlength=num_links)
+    shared[entry_class[crossing[entry_link] > 1]] = True
     return shared
 
 
