@@ -177,6 +177,47 @@ def test_limits_give_the_limit_the_excess_and_the_fix():
         lower_msccl(schedule, proto="LL256")
 
 
+def test_channels_below_the_floor_cannot_fit_and_a_refusal_gives_the_exact_step_count():
+    import re
+
+    from synth.export.msccl.locations import lower_locations
+    from synth.export.msccl.lower import _channels, _split_ok, channel_floor
+    from synth.export.msccl.threadblocks import LimitViolation, build
+
+    schedule = synthesize(load_topology("switch:n=8"), "allgather", "ring", chunks=64)
+    limits = MscclLimits(max_steps=40)
+    floor = channel_floor(schedule, limits)
+    busiest = max(sum(1 for t in schedule.transfers if (t.src, t.dst) == pair)
+                  for pair in {(t.src, t.dst) for t in schedule.transfers})
+    assert floor == -(-busiest // 39) > 1
+    program = lower_msccl(schedule, limits=limits)
+    assert floor <= program.nchannels and program.stats()["max_steps_per_tb"] < 40
+    lowering = lower_locations(schedule)
+    below = MscclLimits(max_channels=floor - 1, max_steps=40)
+    for channels in range(1, floor):
+        for policy in ("chunk", "pair", "block"):  # every layout with fewer channels fails, fully built too
+            chan = _channels(schedule, channels, policy)
+            with pytest.raises(LimitViolation, match="steps per threadblock"):
+                build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), below, exact=True)
+            with pytest.raises(LimitViolation, match="steps per threadblock is at least") as early:
+                build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), below)  # before its steps
+            assert early.value.at_least
+    with pytest.raises(LimitError) as refused:
+        lower_msccl(schedule, limits=below)
+    message = str(refused.value)
+    assert "at least" not in message
+    reported = re.search(r"steps per threadblock is (\d+) on (gpu \d+ threadblock \d+),", message)
+    assert reported is not None
+    finished = set()  # the counts that the finished layouts of the attempts have
+    for policy, pair_rest in (("chunk", False), ("pair", False), ("block", False), ("chunk", True), ("pair", True)):
+        chan = _channels(schedule, floor - 1, policy)
+        with pytest.raises(LimitViolation) as exact:
+            build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), below, pair_rest, exact=True)
+        assert not exact.value.at_least
+        finished.add((exact.value.value, exact.value.where))
+    assert (int(reported.group(1)), reported.group(2)) in finished
+
+
 def test_cli_names_the_flags_where_the_library_names_parameters(tmp_path, capsys, monkeypatch):
     from helpers import assert_refused, run_cli
 

@@ -1,8 +1,8 @@
 """Lowering a schedule to an MSCCL program that meets every runtime limit: the search over channel layouts.
 
-Channels are tried from 1 upwards (a transfer's channel is its chunk, or its pair of ranks, modulo the
-channel count, or its chunk's block of consecutive ids) until every runtime limit holds; among the fitting layouts the first one that adds no
-false wait wins, else the one with the fewest.
+Channels are tried upwards from the fewest that can fit (a transfer's channel is its chunk, or its pair
+of ranks, modulo the channel count, or its chunk's block of consecutive ids) until every runtime limit
+holds; among the fitting layouts the first one that adds no false wait wins, else the one with the fewest.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from synth.export.msccl.program import (
     MscclProgram,
     Threadblock,
 )
-from synth.export.msccl.threadblocks import LimitViolation, build
+from synth.export.msccl.threadblocks import LimitViolation, build, busiest_connection
 from synth.schedule import Schedule
 
 #: Up to this many transfers, channel layouts are searched for one that adds no false waits.
@@ -79,16 +79,29 @@ def _options(schedule: Schedule, proto: str | None, limits: MscclLimits | None, 
     return proto, limits
 
 
+def channel_floor(schedule: Schedule, limits: MscclLimits) -> int:
+    """The fewest channels that can keep every threadblock under the steps limit.
+
+    All messages between two gpus on one channel are sends of one threadblock (one step each at least),
+    so the busiest pair of gpus needs its messages spread over this many channels.
+    """
+    messages = busiest_connection(schedule, [0] * len(schedule.transfers))[0]
+    return max(1, -(-messages // (limits.max_steps - 1)))
+
+
 def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) -> list[list[Threadblock]]:
     """The first fitting layout that makes no step wait for a transfer it does not depend on; failing
-    that, the fitting layout with the fewest such waits (fewest channels first)."""
+    that, the fitting layout with the fewest such waits (fewest channels first, from the fewest that can
+    fit: :func:`channel_floor`)."""
     ancestors = _ancestors(schedule, lowering) if len(schedule.transfers) <= SEARCH_TRANSFERS else None
     distinct = len({t.chunk for t in schedule.transfers})
     top = min(limits.max_channels, max(distinct, 2 * schedule.collective.num_ranks))
     counts = [k for k in sorted({1, 2, 4, 8, 16, 32, distinct, limits.max_channels}) if k <= top]
     if ancestors is None:
         counts = list(range(1, limits.max_channels + 1))
-    first: LimitViolation | None = None
+    floor = channel_floor(schedule, limits)
+    counts = [k for k in counts if k >= floor] or [limits.max_channels]  # fewer channels cannot fit
+    first: tuple[LimitViolation, tuple[list[int], bool]] | None = None
     best: tuple[int, int, list[list[Threadblock]]] | None = None
     attempt = 0
     for channels in counts:
@@ -101,8 +114,8 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
                 tbs, waits = build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), limits, pair_rest,
                                    ancestors)
             except LimitViolation as violation:  # report the attempt that came closest
-                if first is None or violation.value / violation.allowed < first.value / first.allowed:
-                    first = violation
+                if first is None or violation.value / violation.allowed < first[0].value / first[0].allowed:
+                    first = (violation, (chan, pair_rest))
                 continue
             fitted = True
             attempt += 1
@@ -114,7 +127,13 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
             break
     if best is None:
         assert first is not None
-        raise LimitError(_limit_message(schedule, first, limits))
+        violation, (chan, pair_rest) = first
+        if violation.at_least:  # finish that layout, for the count itself
+            try:
+                build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), limits, pair_rest, exact=True)
+            except LimitViolation as exact:
+                violation = exact
+        raise LimitError(_limit_message(schedule, violation, limits))
     return best[2]
 
 
@@ -160,5 +179,5 @@ def _limit_message(schedule: Schedule, violation: LimitViolation, limits: MscclL
             fixes.append(f"raise `sms` for a gpu with more than {limits.sms} SMs")
     if any(key.endswith("_trees_per_root") for key in schedule.params):  # a packing of spanning trees (forest)
         fixes.insert(0, "pack fewer trees (the forest algorithm's option max_trees_per_root=K with a smaller K)")
-    return (f"the schedule does not fit the MSCCL runtime: {violation} (tried 1 to {limits.max_channels} channels). "
+    return (f"the schedule does not fit the MSCCL runtime: {violation} (no layout of 1 to {limits.max_channels} channels fits). "
             f"Fix: " + "; or ".join(fixes))

@@ -23,9 +23,12 @@ TbIndex = dict[tuple[int, int, str, int], int]
 class LimitViolation(Exception):
     """A runtime limit that one layout exceeds: which, by how much, where."""
 
-    def __init__(self, limit: str, value: int, allowed: int, where: str) -> None:
+    def __init__(self, limit: str, value: int, allowed: int, where: str, at_least: bool = False) -> None:
         self.limit, self.value, self.allowed, self.where = limit, value, allowed, where
-        super().__init__(f"{limit} is {value} on {where}, {value - allowed} over the limit of {allowed}")
+        #: ``value`` is a lower bound found before the layout was finished, not the count itself
+        self.at_least = at_least
+        super().__init__(f"{limit} is {'at least ' if at_least else ''}{value} on {where}, "
+                         f"{value - allowed}{' or more' if at_least else ''} over the limit of {allowed}")
 
 
 @dataclass(frozen=True)
@@ -221,16 +224,46 @@ def _false_waits(units: list[list[list[Unit]]], ancestors: list[int]) -> int:
     return false_waits
 
 
+def busiest_connection(schedule: Schedule, chan: list[int]) -> tuple[int, int, int, int]:
+    """(messages, src, dst, channel) of the connection that carries the most messages under ``chan``.
+
+    Each of them is a send op on the one threadblock that serves the connection at the source, and a
+    unit holds at most one send, so that threadblock has at least this many steps.
+    """
+    from collections import Counter
+
+    counts = Counter((t.src, t.dst, chan[t.id]) for t in schedule.transfers if t.src != t.dst)
+    if not counts:
+        return (0, 0, 0, 0)
+    (src, dst, channel), messages = min(counts.items(), key=lambda item: (-item[1], item[0]))
+    return (messages, src, dst, channel)
+
+
 def build(schedule: Schedule, lowering: Lowering, chan: list[int], split: bool, limits: MscclLimits,
-          pair_rest: bool = False, ancestors: list[int] | None = None) -> tuple[list[list[Threadblock]], int]:
+          pair_rest: bool = False, ancestors: list[int] | None = None,
+          exact: bool = False) -> tuple[list[list[Threadblock]], int]:
     """Threadblocks and steps for one channel assignment, and the false waits (0 without ``ancestors``).
 
     Every op has a time (:class:`StepTimes`); each threadblock runs its ops in time order, which keeps
     send and recv orders equal on every connection. Raises :class:`LimitViolation` when a limit fails.
+    Unless ``exact``, a layout whose threadblocks are sure to exceed the steps limit (every unit is at
+    least one step) fails before its steps are emitted, with a lower bound (``at_least``) as the value.
     """
     times = StepTimes(schedule.transfers, lowering.level, split)
     tbs, tb_of = _threadblocks(schedule, lowering, chan, limits, pair_rest)
+    if not exact:
+        messages, src, dst, channel = busiest_connection(schedule, chan)
+        if messages >= limits.max_steps:
+            raise LimitViolation("steps per threadblock", messages, limits.max_steps - 1,
+                                 f"gpu {src} (the threadblock sending to gpu {dst} on channel {channel})",
+                                 at_least=True)
     units = _fuse(schedule, lowering, _ops(schedule, lowering, tbs, tb_of, chan, times), times)
+    if not exact:
+        most = max(((len(tb_units), g, b) for g, gpu_units in enumerate(units) for b, tb_units in enumerate(gpu_units)),
+                   default=(0, 0, 0))
+        if most[0] >= limits.max_steps:
+            raise LimitViolation("steps per threadblock", most[0], limits.max_steps - 1,
+                                 f"gpu {most[1]} threadblock {most[2]}", at_least=True)
     false_waits = _false_waits(units, ancestors) if ancestors is not None else 0
     emit_steps(schedule, lowering, tbs, units)
     longest = max(((len(tb.steps), g, b) for g, gpu_tbs in enumerate(tbs) for b, tb in enumerate(gpu_tbs)),
