@@ -6,6 +6,8 @@ in; :class:`NearestTouching` replaces every other dependency by its nearest ance
 
 from __future__ import annotations
 
+_EMPTY: frozenset[int] = frozenset()
+
 
 class NearestTouching:
     """Dependencies of a transfer as one rank can see them: a dep that has the rank as an end stays, a
@@ -24,29 +26,47 @@ class NearestTouching:
 
     def __init__(self, transfers: tuple) -> None:
         self.transfers = transfers
-        self._memo: dict[tuple[int, int], frozenset[int]] = {}
+        self._memo: dict[int, dict[int, frozenset[int]]] = {}  # rank -> transfer -> its nearest ones
 
     def _near(self, start: int, rank: int) -> frozenset[int]:
-        memo, transfers = self._memo, self.transfers
+        memo = self._memo.get(rank)
+        if memo is None:
+            memo = self._memo[rank] = {}
+        transfers = self.transfers
         stack = [start]
         while stack:
             tid = stack[-1]
-            if (tid, rank) in memo:
+            if tid in memo:
                 stack.pop()
                 continue
             t = transfers[tid]
             if t.src == rank or t.dst == rank:
-                memo[(tid, rank)] = frozenset((tid,))
+                memo[tid] = frozenset((tid,))
                 stack.pop()
                 continue
-            missing = [p for p in t.deps if (p, rank) not in memo]
-            if missing:
-                stack.extend(missing)
+            deps = t.deps
+            waiting = False
+            for dep in deps:
+                if dep not in memo:
+                    stack.append(dep)
+                    waiting = True
+            if waiting:
                 continue
-            parents = [memo[(p, rank)] for p in t.deps]
-            memo[(tid, rank)] = parents[0] if len(parents) == 1 else frozenset().union(*parents)
             stack.pop()
-        return memo[(start, rank)]
+            if len(deps) == 1:
+                memo[tid] = memo[deps[0]]
+                continue
+            union = _EMPTY
+            for dep in deps:  # the union, reusing a parent's set where it holds the others
+                found = memo[dep]
+                if not found <= union:
+                    union = found if union <= found else union | found
+            memo[tid] = union
+        return memo[start]
+
+    def forget(self, rank: int) -> None:
+        """Drop what was memoized for ``rank`` (to keep memory low when ranks are asked one at a time)."""
+        self._memo.pop(rank, None)
 
     def deps(self, tid: int, rank: int) -> list[int]:
         """The deps of transfer ``tid`` as rank ``rank`` sees them, sorted."""

@@ -197,10 +197,16 @@ def lower_locations(schedule: Schedule) -> Lowering:
     lowering = Lowering(order, position, level, replay.src_loc, replay.operand_loc, replay.dst_loc, copies,
                         placement.scratch, needed, buffers, max(max(b[0], b[1]) for b in buffers))
     near = NearestTouching(schedule.transfers)
+    touching: list[list[int]] = [[] for _ in range(schedule.collective.num_ranks)]
     for t in schedule.transfers:
-        for rank in (t.src, t.dst):
-            for dep in local_deps(schedule, t.id, rank, lowering.local_deps, near):
-                lowering.dependents.setdefault((dep, rank), set()).add(t.id)
+        touching[t.src].append(t.id)
+        if t.dst != t.src:
+            touching[t.dst].append(t.id)
+    for rank, tids in enumerate(touching):  # rank by rank, so the walk's memo holds one rank at a time
+        for tid in tids:
+            for dep in local_deps(schedule, tid, rank, lowering.local_deps, near):
+                lowering.dependents.setdefault((dep, rank), set()).add(tid)
+        near.forget(rank)
     return lowering
 
 

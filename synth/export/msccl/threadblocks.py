@@ -60,15 +60,21 @@ class _Peers:
     recv: dict[tuple[int, int], set[int]]
     weight: dict[tuple[int, int, int, int], int]
     has_local: list[bool]
+    #: messages per (gpu, channel, "send"/"recv", peer)
+    messages: dict[tuple[int, int, str, int], int]
 
 
 def _peers(schedule: Schedule, chan: list[int]) -> _Peers:
     transfers = schedule.transfers
-    peers = _Peers({}, {}, {}, [False] * schedule.collective.num_ranks)
+    peers = _Peers({}, {}, {}, [False] * schedule.collective.num_ranks, {})
+    messages = peers.messages
     for t in transfers:
         if t.src == t.dst:
             peers.has_local[t.src] = True
             continue
+        send_key, recv_key = (t.src, chan[t.id], "send", t.dst), (t.dst, chan[t.id], "recv", t.src)
+        messages[send_key] = messages.get(send_key, 0) + 1
+        messages[recv_key] = messages.get(recv_key, 0) + 1
         peers.send.setdefault((t.src, chan[t.id]), set()).add(t.dst)
         peers.recv.setdefault((t.dst, chan[t.id]), set()).add(t.src)
         for dep in t.deps:
@@ -102,8 +108,8 @@ def _pairs(peers: _Peers, g: int, ch: int, pair_rest: bool) -> list[tuple[int, i
 
 
 def _threadblocks(schedule: Schedule, lowering: Lowering, chan: list[int], limits: MscclLimits,
-                  pair_rest: bool) -> tuple[list[list[Threadblock]], TbIndex]:
-    """The threadblocks of every gpu, and which one serves each (gpu, channel, direction, peer)."""
+                  pair_rest: bool) -> tuple[list[list[Threadblock]], TbIndex, _Peers]:
+    """The threadblocks of every gpu, which one serves each (gpu, channel, direction, peer), and the peers."""
     n = schedule.collective.num_ranks
     peers = _peers(schedule, chan)
     tb_of: TbIndex = {}
@@ -125,7 +131,22 @@ def _threadblocks(schedule: Schedule, lowering: Lowering, chan: list[int], limit
             tbs[g].append(Threadblock(-1, -1, 0))
         if len(tbs[g]) > limits.sms:
             raise LimitViolation("threadblocks per gpu", len(tbs[g]), limits.sms, f"gpu {g} (one threadblock per SM)")
-    return tbs, tb_of
+    return tbs, tb_of, peers
+
+
+def _fewest_units(tbs: list[list[Threadblock]], peers: _Peers) -> tuple[int, int, int]:
+    """(units, gpu, threadblock) of the threadblock sure to have the most units: each of its sends and
+    recvs is in one unit, and a unit fuses at most one recv with one send that forwards it (``weight``)."""
+    messages, weight = peers.messages, peers.weight
+    most = (0, 0, 0)
+    for g, gpu_tbs in enumerate(tbs):
+        for b, tb in enumerate(gpu_tbs):
+            sends = messages.get((g, tb.chan, "send", tb.send), 0) if tb.send >= 0 else 0
+            recvs = messages.get((g, tb.chan, "recv", tb.recv), 0) if tb.recv >= 0 else 0
+            units = max(sends, recvs, sends + recvs - weight.get((g, tb.chan, tb.send, tb.recv), 0))
+            if units > most[0]:
+                most = (units, g, b)
+    return most
 
 
 def _local_tb(schedule: Schedule, lowering: Lowering, tid: int, chan: list[int], tb_of: TbIndex,
@@ -250,13 +271,12 @@ def build(schedule: Schedule, lowering: Lowering, chan: list[int], split: bool, 
     least one step) fails before its steps are emitted, with a lower bound (``at_least``) as the value.
     """
     times = StepTimes(schedule.transfers, lowering.level, split)
-    tbs, tb_of = _threadblocks(schedule, lowering, chan, limits, pair_rest)
+    tbs, tb_of, peers = _threadblocks(schedule, lowering, chan, limits, pair_rest)
     if not exact:
-        messages, src, dst, channel = busiest_connection(schedule, chan)
-        if messages >= limits.max_steps:
-            raise LimitViolation("steps per threadblock", messages, limits.max_steps - 1,
-                                 f"gpu {src} (the threadblock sending to gpu {dst} on channel {channel})",
-                                 at_least=True)
+        fewest = _fewest_units(tbs, peers)
+        if fewest[0] >= limits.max_steps:
+            raise LimitViolation("steps per threadblock", fewest[0], limits.max_steps - 1,
+                                 f"gpu {fewest[1]} threadblock {fewest[2]}", at_least=True)
     units = _fuse(schedule, lowering, _ops(schedule, lowering, tbs, tb_of, chan, times), times)
     if not exact:
         most = max(((len(tb_units), g, b) for g, gpu_units in enumerate(units) for b, tb_units in enumerate(gpu_units)),
