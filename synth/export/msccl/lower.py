@@ -127,13 +127,13 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
             break
     if best is None:
         assert first is not None
-        violation, (chan, pair_rest) = first
-        if violation.at_least:  # finish that layout, for the count itself
+        closest, (chan, pair_rest) = first
+        if closest.at_least:  # finish that layout, for the count itself
             try:
                 build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), limits, pair_rest, exact=True)
             except LimitViolation as exact:
-                violation = exact
-        raise LimitError(_limit_message(schedule, violation, limits))
+                closest = exact
+        raise LimitError(_limit_message(schedule, closest, limits))
     return best[2]
 
 
