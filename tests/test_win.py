@@ -146,6 +146,33 @@ def test_size_aware_forest_picks_the_fastest_tree_count():
     assert rows[0].label == f"forest({rows[0].variant})" and rows[0].variant.startswith("k=")
 
 
+def test_size_aware_forest_steps_to_more_trees_and_finer_slices_while_faster():
+    """The local search after the first pass: it stops where no neighbour (the next tree count, the next
+    finer slice, or both) that fits is faster, and every time it records is the flow model's."""
+    from synth.algorithms.forest import REFINE_SLICES
+
+    topology, size, kind = load_topology("dgx-a100:boxes=2"), 2**30, Kind.REDUCESCATTER
+    schedule = synthesize(topology, kind, "forest", size=size)
+    choice = schedule.params["size_choice"]
+    times = choice["time_s"]
+    best = schedule.params["modelled_time_s"]
+    first_pass = min(t for key, t in times.items() if t is not None and not key.endswith(f"/{REFINE_SLICES[-1]}"))
+    assert best < first_pass and choice["chosen_slice_bytes"] == REFINE_SLICES[-1]  # the search moved here
+    assert evaluate(schedule, topology, size).time_s == best  # the pinned slices give the recorded time
+    counts = sorted({int(key.split("/")[0]) for key in times})
+    slices = [None, *REFINE_SLICES]
+    k, j = choice["chosen_trees_per_root"], slices.index(choice["chosen_slice_bytes"])
+    neighbours = [(counts[counts.index(k) + di], slices[j + dj]) for di, dj in ((1, 0), (0, 1), (1, 1))
+                  if counts.index(k) + di < len(counts) and j + dj < len(slices)]
+    assert neighbours  # here the search stops inside the grid: the next tree count exists
+    for k2, slice2 in neighbours:
+        key = str(k2) if slice2 is None else f"{k2}/{slice2}"
+        assert key in times and (times[key] is None or times[key] >= best), key
+        variant = synthesize(topology, kind, "forest", max_trees_per_root=k2)
+        full = evaluate(variant, topology, size, slice_bytes=slice2).time_s
+        assert full >= best and (times[key] is None or full == times[key]), key  # a cut-off one is slower too
+
+
 @pytest.mark.parametrize("spec", ["dgx1", "fully-connected", "dgx-a100", "ndv2:boxes=2"])
 @pytest.mark.parametrize("kind", [Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE])
 def test_size_aware_forest_reaches_95_percent_of_the_bound_at_1gib(spec, kind):

@@ -41,7 +41,9 @@ size : int or str, optional
     the plan rule) and returns the fastest (ties to fewer trees). Fewer trees give up some of the
     bandwidth optimum but stream each tree at a larger share of its links, so fill and drain cost less.
     The two fastest k are also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where their chunks are larger: finer
-    slices fill a deep forest's pipeline sooner; the chosen schedule then pins that slice size in
+    slices fill a deep forest's pipeline sooner. From the fastest so far, the choice then steps to the
+    next k, the next finer slice (64 then 32 KiB, ``REFINE_SLICES``) or both while that is faster: more
+    trees pay off once finer slices fill them. The chosen schedule pins its slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
     NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
     ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, None where a variant was
@@ -245,9 +247,46 @@ def _with_params(schedule: Schedule, extra: dict[str, Any]) -> Schedule:
 #: The finer slice forest's size choice also tries (bytes): small enough that a deep forest's pipeline fills
 #: fast, and NCCL-sized (8 such steps are a 512 KiB NCCL_BUFFSIZE).
 FINE_SLICE_BYTES = 64 * 1024
+#: The slices forest's size choice steps through from its best variant, coarse to fine (bytes): 32 KiB is
+#: LL's step, 8 in flight a 256 KiB NCCL_BUFFSIZE.
+REFINE_SLICES: tuple[int, ...] = (FINE_SLICE_BYTES, 32 * 1024)
 #: How many tree counts (the fastest with the rule's slices) forest's size choice also tries with
 #: :data:`FINE_SLICE_BYTES` slices: each such simulation costs about ``slice ratio`` times the rule's.
 FINE_SLICE_CANDIDATES = 2
+
+
+def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
+            times: dict[str, float | None], topology: Topology, size: int) -> tuple[float, int, int | None, Schedule]:
+    """From the best (tree count, slice), step to the next tree count and the next finer slice of
+    :data:`REFINE_SLICES` while one of those three neighbours is faster (each simulated once, cut off at
+    the best time so far): more trees pack closer to the optimum, and finer slices fill their deeper
+    pipelines sooner, so the two pay off together where neither does alone."""
+    from synth.evaluate import evaluate
+
+    counts = sorted(k for k, _ in variants)
+    by_count = dict(variants)
+    slices: list[int | None] = [None, *REFINE_SLICES]
+    while True:
+        _, k, slice_bytes, _ = best
+        i, j = counts.index(k), slices.index(slice_bytes)
+        moved = False
+        for di, dj in ((1, 0), (0, 1), (1, 1)):
+            if i + di >= len(counts) or j + dj >= len(slices):
+                continue
+            k2, slice2 = counts[i + di], slices[j + dj]
+            key = str(k2) if slice2 is None else f"{k2}/{slice2}"
+            schedule = by_count[k2]
+            if key in times or (slice2 is not None and size / schedule.chunks <= slice2):
+                continue  # measured already, or its chunks are no larger than the slice
+            try:
+                found = evaluate(schedule, topology, size, slice_bytes=slice2, cutoff=best[0]).time_s
+            except LimitError:
+                continue  # too many slices to simulate
+            times[key] = found if math.isfinite(found) else None
+            if found < best[0]:
+                best, moved = (found, k2, slice2, schedule), True
+        if not moved:
+            return best
 
 
 def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
@@ -259,7 +298,9 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
     simulation is within the evaluator's limit), which the chosen schedule then pins in
     ``params["plan"]``. Ties go to fewer trees, then to the rule's slices. Only those fastest need exact
     times, so a variant's simulation stops (recorded as None) once it is slower than the
-    :data:`FINE_SLICE_CANDIDATES` fastest so far: the choice is the one every variant run in full would give.
+    :data:`FINE_SLICE_CANDIDATES` fastest so far: that choice is the one every variant run in full would give.
+    :func:`_refine` then searches from it toward more trees and finer slices, a local search: not every
+    pair of tree count and slice is simulated, and each one that is appears in ``size_choice``.
     """
     from synth.evaluate import evaluate
 
@@ -294,6 +335,7 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         times[f"{k}/{FINE_SLICE_BYTES}"] = seconds if math.isfinite(seconds) else None
         if seconds < best[0]:
             best = (seconds, k, FINE_SLICE_BYTES, schedule)
+    best = _refine(best, variants, times, topology, size)
     seconds, k, slice_bytes, schedule = best
     extra: dict[str, Any] = {
         "size": size, "variant": f"k={k}", "modelled_time_s": seconds,
