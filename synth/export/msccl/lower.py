@@ -7,6 +7,8 @@ holds; among the fitting layouts the first one that adds no false wait wins, els
 
 from __future__ import annotations
 
+from collections import Counter
+
 from synth.errors import InputError, LimitError
 from synth.export.msccl.locations import Lowering, lower_locations
 from synth.export.msccl.program import (
@@ -17,7 +19,7 @@ from synth.export.msccl.program import (
     MscclProgram,
     Threadblock,
 )
-from synth.export.msccl.threadblocks import LimitViolation, build, busiest_connection
+from synth.export.msccl.threadblocks import LimitViolation, build
 from synth.schedule import Schedule
 
 #: Up to this many transfers, channel layouts are searched for one that adds no false waits.
@@ -85,7 +87,8 @@ def channel_floor(schedule: Schedule, limits: MscclLimits) -> int:
     All messages between two gpus on one channel are sends of one threadblock (one step each at least),
     so the busiest pair of gpus needs its messages spread over this many channels.
     """
-    messages = busiest_connection(schedule, [0] * len(schedule.transfers))[0]
+    pairs = Counter((t.src, t.dst) for t in schedule.transfers if t.src != t.dst)
+    messages = max(pairs.values(), default=0)
     return max(1, -(-messages // (limits.max_steps - 1)))
 
 

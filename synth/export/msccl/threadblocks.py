@@ -134,7 +134,7 @@ def _threadblocks(schedule: Schedule, lowering: Lowering, chan: list[int], limit
     return tbs, tb_of, peers
 
 
-def _fewest_units(tbs: list[list[Threadblock]], peers: _Peers) -> tuple[int, int, int]:
+def _units_floor(tbs: list[list[Threadblock]], peers: _Peers) -> tuple[int, int, int]:
     """(units, gpu, threadblock) of the threadblock sure to have the most units: each of its sends and
     recvs is in one unit, and a unit fuses at most one recv with one send that forwards it (``weight``)."""
     messages, weight = peers.messages, peers.weight
@@ -245,21 +245,6 @@ def _false_waits(units: list[list[list[Unit]]], ancestors: list[int]) -> int:
     return false_waits
 
 
-def busiest_connection(schedule: Schedule, chan: list[int]) -> tuple[int, int, int, int]:
-    """(messages, src, dst, channel) of the connection that carries the most messages under ``chan``.
-
-    Each of them is a send op on the one threadblock that serves the connection at the source, and a
-    unit holds at most one send, so that threadblock has at least this many steps.
-    """
-    from collections import Counter
-
-    counts = Counter((t.src, t.dst, chan[t.id]) for t in schedule.transfers if t.src != t.dst)
-    if not counts:
-        return (0, 0, 0, 0)
-    (src, dst, channel), messages = min(counts.items(), key=lambda item: (-item[1], item[0]))
-    return (messages, src, dst, channel)
-
-
 def build(schedule: Schedule, lowering: Lowering, chan: list[int], split: bool, limits: MscclLimits,
           pair_rest: bool = False, ancestors: list[int] | None = None,
           exact: bool = False) -> tuple[list[list[Threadblock]], int]:
@@ -273,10 +258,10 @@ def build(schedule: Schedule, lowering: Lowering, chan: list[int], split: bool, 
     times = StepTimes(schedule.transfers, lowering.level, split)
     tbs, tb_of, peers = _threadblocks(schedule, lowering, chan, limits, pair_rest)
     if not exact:
-        fewest = _fewest_units(tbs, peers)
-        if fewest[0] >= limits.max_steps:
-            raise LimitViolation("steps per threadblock", fewest[0], limits.max_steps - 1,
-                                 f"gpu {fewest[1]} threadblock {fewest[2]}", at_least=True)
+        floor = _units_floor(tbs, peers)
+        if floor[0] >= limits.max_steps:
+            raise LimitViolation("steps per threadblock", floor[0], limits.max_steps - 1,
+                                 f"gpu {floor[1]} threadblock {floor[2]}", at_least=True)
     units = _fuse(schedule, lowering, _ops(schedule, lowering, tbs, tb_of, chan, times), times)
     if not exact:
         most = max(((len(tb_units), g, b) for g, gpu_units in enumerate(units) for b, tb_units in enumerate(gpu_units)),
