@@ -53,6 +53,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from synth.errors import InputError
 
@@ -233,6 +234,30 @@ def check_output_folder(path: PathLike, *, option: str = "--output", inputs: Ite
 # ------------------------------------------------------------------------------------- signals
 _HELD = [0]
 _PENDING: list[int] = []
+_SWALLOWED = [0]
+
+
+def swallowed_interrupt(hook_args: Any) -> bool:
+    """For :data:`sys.unraisablehook`: True (and the interrupt is remembered, not printed) when the exception
+    is a :class:`KeyboardInterrupt` that Python could not raise.
+
+    A signal handler runs between any two bytecodes, so the :class:`KeyboardInterrupt` it raises can land in a
+    ``__del__`` or a weakref callback (pyarrow's ``ParquetWriter.__del__`` is one), where Python prints
+    "Exception ignored" and drops it; :func:`check_interrupted` raises it again at the next safe point.
+    """
+    if isinstance(getattr(hook_args, "exc_value", None), KeyboardInterrupt) or (
+            getattr(hook_args, "exc_type", None) is not None and issubclass(hook_args.exc_type, KeyboardInterrupt)):
+        _SWALLOWED[0] += 1
+        return True
+    return False
+
+
+def check_interrupted() -> None:
+    """Raise :class:`KeyboardInterrupt` if an interrupt was swallowed (see :func:`swallowed_interrupt`) and
+    no output is being committed; loops over long work call it once per step."""
+    if _SWALLOWED[0] and not _HELD[0]:
+        _SWALLOWED[0] = 0
+        raise KeyboardInterrupt
 
 
 def defer_interrupt(signum: int) -> bool:

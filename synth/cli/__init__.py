@@ -215,6 +215,15 @@ def _watch_signals() -> tuple[list[int], Any]:
         if len(seen) == 1 and not defer_interrupt(signum):
             raise KeyboardInterrupt
 
+    from synth.fileio import swallowed_interrupt
+
+    unraisable_before = sys.unraisablehook
+
+    def unraisable(hook_args: Any) -> None:
+        if not swallowed_interrupt(hook_args):
+            unraisable_before(hook_args)
+
+    sys.unraisablehook = unraisable
     previous: dict[int, Any] = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -227,6 +236,7 @@ def _watch_signals() -> tuple[list[int], Any]:
             continue
 
     def restore() -> None:
+        sys.unraisablehook = unraisable_before
         for signum, handler_before in previous.items():
             try:
                 signal.signal(signum, handler_before)

@@ -22,6 +22,7 @@ from synth.cli.common import (
 )
 from synth.collectives import parse_kind
 from synth.errors import SynthError
+from synth.fileio import check_interrupted
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +75,7 @@ def catalog(
         def step(what: str) -> None:
             bar.update(task, advance=1, description=f"done: {what}")
             detail(f"done: {what}")
+            check_interrupted()
 
         entries = build_catalog(out, specs, kinds, progress=step, jobs=jobs)
     if as_json:

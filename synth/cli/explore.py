@@ -43,6 +43,7 @@ from synth.cli.common import (
 )
 from synth.collectives import parse_kind
 from synth.errors import InputError
+from synth.fileio import check_interrupted
 from synth.units import format_size, parse_size
 
 DEFAULT_KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
@@ -121,6 +122,7 @@ def compare(
         def step(what: str) -> None:
             bar.update(task, advance=1, description=f"running {what}")
             detail(f"running {what}")
+            check_interrupted()
 
         rows, skipped, _ = run_all(topo, kinds, sizes, algorithm, model=model, progress=step, include_slow=False,
                                    keep_going=True, plan=plan_choice)

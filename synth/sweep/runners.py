@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from synth.errors import InputError
+from synth.fileio import check_interrupted
 from synth.sweep.point import failed_rows, run_point
 from synth.sweep.results import (
     ERROR,
@@ -381,4 +382,5 @@ def _collect(finished: Iterator[Finished], results: _Results, counts: Progress,
             results.flush()
             since_flush = 0
             last_flush = time.monotonic()
+        check_interrupted()  # a Ctrl-C Python swallowed meanwhile stops here, this point kept
     return ok
