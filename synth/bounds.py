@@ -385,6 +385,54 @@ def _min_cut_units(net: Network) -> tuple[int, int]:
     return out_cut, in_cut
 
 
+def _groups_label(groups: int, num_ranks: int) -> str:
+    return f"the G={num_ranks} gpus" if groups == num_ranks else f"G={groups} groups of gpus (fast links joined)"
+
+
+def _gossip_groups(topology: Topology) -> tuple[tuple[int, Fraction], tuple[int, Fraction]]:
+    """For the allreduce gossip term: ((G, external egress), (G, external ingress)) of the partition of the
+    gpus into G >= 2 groups that gives the largest bound 2(G-1)/(sum of the groups' external bandwidth).
+
+    The candidates are, for each link bandwidth t, the groups of gpus joined by links of at least t (the
+    weakly connected components of those links, switches included; the largest t leaves every gpu alone).
+    A group's external egress is the bandwidth of the links leaving its nodes, ingress of those entering.
+    """
+    import networkx as nx
+
+    graph = topology.graph
+    gpus = set(topology.gpus)
+    bandwidth = {(u, v): Fraction(topology.exact_bandwidth(u, v)) for u, v in graph.edges()}
+    thresholds = sorted(set(bandwidth.values()))
+    best_out: tuple[int, Fraction] | None = None
+    best_in: tuple[int, Fraction] | None = None
+    for threshold in [*thresholds, thresholds[-1] + 1] if thresholds else [Fraction(1)]:
+        fast = nx.DiGraph()
+        fast.add_nodes_from(graph.nodes)
+        fast.add_edges_from(edge for edge, value in bandwidth.items() if value >= threshold)
+        group_of: dict[str, int] = {}
+        count = 0
+        for component in nx.weakly_connected_components(fast):
+            if component & gpus:
+                group_of.update(dict.fromkeys(component, count))
+                count += 1
+        if count < 2:
+            continue
+        egress = sum((value for (u, v), value in bandwidth.items() if u in group_of and group_of[u] != group_of.get(v)),
+                     Fraction(0))
+        ingress = sum((value for (u, v), value in bandwidth.items() if v in group_of and group_of[v] != group_of.get(u)),
+                      Fraction(0))
+        for best, total, name in ((best_out, egress, "out"), (best_in, ingress, "in")):
+            if total and (best is None or Fraction(2 * (count - 1)) / total > Fraction(2 * (best[0] - 1)) / best[1]):
+                if name == "out":
+                    best_out = (count, total)
+                else:
+                    best_in = (count, total)
+    every_gpu = len(gpus)
+    fallback_out = (every_gpu, sum((v for (u, _), v in bandwidth.items() if u in gpus), Fraction(0)))
+    fallback_in = (every_gpu, sum((v for (_, w), v in bandwidth.items() if w in gpus), Fraction(0)))
+    return best_out or fallback_out, best_in or fallback_in
+
+
 def balanced_switches(topology: Topology) -> bool:
     """True when every switch has as much bandwidth coming in as going out (exactly).
 
@@ -414,12 +462,15 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
     - allreduce (valid on directed links, where reduce-scatter then allgather in series is *not* a
       bound): (a) for every cut S with gpus on both sides, the gpus outside need the sum of all M
       elements, which depends on the inputs inside S, so at least M bytes leave S, and likewise M
-      bytes enter S: M / min B+(S) and M / min B-(S); (b) one element's sum must reach all N gpus,
-      which takes at least 2(N-1) gpu-to-gpu messages (one-way gossip: before the first gpu knows the
-      sum, each other gpu must have sent; after it, each other gpu must receive), each leaving one
-      gpu's links: 2(N-1) M / (sum of every gpu's egress), and the same with ingress. On symmetric
-      switch fabrics (b) equals reduce-scatter + allgather (2(N-1)/N M/B per gpu); elsewhere this is a
-      bound, not known to be tight.
+      bytes enter S: M / min B+(S) and M / min B-(S); (b) for any partition of the gpus into G >= 2
+      groups, one element's sum must reach every group, which takes at least 2(G-1) messages between
+      groups (one-way gossip among the groups, each taken as one node that knows what any of its gpus
+      knows: before the first group knows the sum, each other group must have sent; after it, each
+      other group must receive), each leaving one group's external links: 2(G-1) M / (sum of the
+      groups' external egress), and the same with ingress. The partitions tried join gpus by their
+      fastest links (every gpu alone; DGX boxes; MI250 packages; see :func:`_gossip_groups`). With
+      every gpu alone on symmetric switch fabrics (b) equals reduce-scatter + allgather (2(N-1)/N M/B
+      per gpu); elsewhere this is a bound, not known to be tight.
 
     Every term adds the smallest latency of a link the data must cross after its last byte does; the
     reach term is the longest shortest-latency path some data must take (all gpu pairs; from the root
@@ -462,14 +513,14 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
         net = Network.from_topology(topology)
         out_units, in_units = _min_cut_units(net)
         smallest = min((float(lat) for _, _, lat in topology.graph.edges(data="latency")), default=0.0) * 1e-6
-        egress = sum(Fraction(topology.exact_bandwidth(u, v)) for g in topology.gpus for u, v in topology.graph.out_edges(g))
-        ingress = sum(Fraction(topology.exact_bandwidth(u, v)) for g in topology.gpus for u, v in topology.graph.in_edges(g))
+        (egress_groups, egress), (ingress_groups, ingress) = _gossip_groups(topology)
         terms = [
             BoundTerm("every cut: M bytes of partial sums leave it", Fraction(net.scale, out_units) / GIGA, smallest),
             BoundTerm("every cut: M bytes of partial sums enter it", Fraction(net.scale, in_units) / GIGA, smallest),
-            BoundTerm("2(N-1) messages per element over the gpus' egress", Fraction(2 * (n - 1)) / (egress * GIGA), smallest),
-            BoundTerm("2(N-1) messages per element over the gpus' ingress", Fraction(2 * (n - 1)) / (ingress * GIGA),
-                      smallest),
+            BoundTerm(f"2(G-1) messages per element over the egress of {_groups_label(egress_groups, n)}",
+                      Fraction(2 * (egress_groups - 1)) / (egress * GIGA), smallest),
+            BoundTerm(f"2(G-1) messages per element over the ingress of {_groups_label(ingress_groups, n)}",
+                      Fraction(2 * (ingress_groups - 1)) / (ingress * GIGA), smallest),
         ]
         reach = _reach_s(topology, all_ranks, all_ranks)
     else:  # pragma: no cover - every Kind is handled above

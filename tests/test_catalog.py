@@ -13,6 +13,7 @@ import synth.catalog as catalog
 from synth.catalog import CATALOG_SIZE, build_catalog, check_catalog, render_readme, slug
 from synth.cli import app
 from synth.collectives import Kind
+from synth.compare import lower_bound
 from synth.evaluate import congestion, evaluate
 from synth.explain import critical_path, explain, levels
 from synth.library import load_topology
@@ -43,6 +44,10 @@ def test_catalog_schedule_verifies_and_matches_its_figures(entry):
     algbw = result.algbw_GBps
     assert result.plan.to_dict() == entry["plan"]
     assert algbw == pytest.approx(entry["algbw_GBps"], rel=1e-9)
+    bound = lower_bound(topology, schedule.kind)
+    if bound is not None:  # the index's bound is today's proven one, and no shipped schedule beats it
+        assert bound.algbw_GBps(CATALOG_SIZE) == pytest.approx(entry["bound_GBps"], rel=1e-9)
+        assert result.time_s >= bound.time(CATALOG_SIZE) * (1 - 1e-9)
     readme = (SCHEDULES / "README.md").read_text()
     assert f"| {entry['algorithm']} | {algbw:.2f} |" in readme
     assert entry["command"] in readme

@@ -80,9 +80,9 @@ def test_grid_expands_in_order_and_pairs_only_supported_algorithms():
 def test_point_id_is_stable_across_runs_and_versions():
     # A fixed value: changing the id scheme silently would make every resume recompute everything. It
     # changes on purpose with EVALUATOR_VERSION (times of an older evaluator must not be resumed).
-    assert EVALUATOR_VERSION == 2
-    assert point_id("ring", {"n": 4}, "allgather", "ring", {}, "flow") == "991957c62cdcaee5"
-    assert point_id("ring", {"n": 4}, "allgather", "ring", {}, "flow", {"protocol": "LL"}) != "991957c62cdcaee5"
+    assert EVALUATOR_VERSION == 3
+    assert point_id("ring", {"n": 4}, "allgather", "ring", {}, "flow") == "ac722e5b1159283f"
+    assert point_id("ring", {"n": 4}, "allgather", "ring", {}, "flow", {"protocol": "LL"}) != "ac722e5b1159283f"
     pid = point_id("ring", {"n": 4, "bandwidth": 25.0}, "allgather", "ring", {"chunks": 8}, "flow")
     assert pid == point_id("ring", {"bandwidth": 25.0, "n": 4}, "allgather", "ring", {"chunks": 8}, "flow")
     assert pid != point_id("ring", {"n": 4, "bandwidth": 25.0}, "allgather", "ring", {"chunks": 4}, "flow")

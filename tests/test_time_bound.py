@@ -97,3 +97,25 @@ def test_compare_never_prints_more_than_100_percent(spec):
     assert rows
     for row in rows:
         assert row.percent_of_bound is not None and 0 < row.percent_of_bound <= 100 + 1e-9, row
+
+
+@pytest.mark.parametrize("spec, groups, algbw, algorithms", [
+    ("dgx-a100:boxes=4", 4, Fraction(800, 6), ("forest", "hierarchical", "nccl", "ring")),
+    ("mi250:boxes=2", 16, None, ("hierarchical", "nccl", "ring"))])  # forest on 32 GCDs: in the catalog check
+def test_allreduce_gossip_among_groups_of_gpus_tightens_the_bound(spec, groups, algbw, algorithms):
+    """Groups joined by fast links (DGX boxes over their 8 x 25 GB/s of NICs; MI250 packages, two GCDs
+    each) need 2(G-1) messages between groups per element. On 4 DGX A100 boxes that is 6 M over 800 GB/s,
+    below the 2(N-1) messages over every gpu's NVLink + NIC egress (167.74 GB/s); on 2 x MI250 it equals
+    reduce-scatter then allgather at their optima. No schedule synth makes beats it at any size."""
+    topology = load_topology(spec)
+    bound = time_bound(topology, Kind.ALLREDUCE)
+    assert any(f"G={groups} groups" in term.argument for term in bound.terms)
+    if algbw is not None:
+        assert bound.seconds_per_byte == 1 / (algbw * GIGA)
+    else:
+        rs, ag = time_bound(topology, Kind.REDUCESCATTER), time_bound(topology, Kind.ALLGATHER)
+        assert bound.seconds_per_byte == rs.seconds_per_byte + ag.seconds_per_byte
+    for algorithm in algorithms:
+        schedule = synthesize(topology, Kind.ALLREDUCE, algorithm)
+        for result in evaluate_sizes(schedule, topology, SIZES):
+            assert result.time_s >= bound.time(result.size), (algorithm, result.size)

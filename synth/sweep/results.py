@@ -26,8 +26,9 @@ TRAILING_COLUMNS = ("num_ranks", "collective", "algorithm", "model", "size", "st
                     "time_s", "algbw_GBps", "busbw_GBps", "percent_of_bound", "protocol", "slices",
                     "slice_bytes", "window", "congestion_time_s", "synthesis_s", "error")
 RESERVED_COLUMNS = frozenset(LEADING_COLUMNS + TRAILING_COLUMNS)
-#: Changes whenever the evaluator's times change, so results of an older evaluator are never resumed.
-EVALUATOR_VERSION = 2
+#: Changes whenever the evaluator's times or the bounds rows are measured against change, so rows of an older
+#: evaluator are never resumed (3: the allreduce bound gained the gossip argument among groups of gpus).
+EVALUATOR_VERSION = 3
 _INT_COLUMNS = ("num_ranks", "size", "slices", "window")
 _FLOAT_COLUMNS = ("bound_algbw_GBps", "time_s", "algbw_GBps", "busbw_GBps", "percent_of_bound", "slice_bytes",
                   "congestion_time_s", "synthesis_s")
