@@ -403,9 +403,10 @@ def _gossip_groups(topology: Topology) -> tuple[tuple[int, Fraction], tuple[int,
     gpus = set(topology.gpus)
     bandwidth = {(u, v): Fraction(topology.exact_bandwidth(u, v)) for u, v in graph.edges()}
     thresholds = sorted(set(bandwidth.values()))
-    best_out: tuple[int, Fraction] | None = None
-    best_in: tuple[int, Fraction] | None = None
-    for threshold in [*thresholds, thresholds[-1] + 1] if thresholds else [Fraction(1)]:
+    # (G, the groups' external egress) and (G, ingress) per candidate; the last threshold leaves every gpu alone
+    egress_found: list[tuple[int, Fraction]] = []
+    ingress_found: list[tuple[int, Fraction]] = []
+    for threshold in [*thresholds, thresholds[-1] + 1] if thresholds else []:
         fast = nx.DiGraph()
         fast.add_nodes_from(graph.nodes)
         fast.add_edges_from(edge for edge, value in bandwidth.items() if value >= threshold)
@@ -421,16 +422,16 @@ def _gossip_groups(topology: Topology) -> tuple[tuple[int, Fraction], tuple[int,
                      Fraction(0))
         ingress = sum((value for (u, v), value in bandwidth.items() if v in group_of and group_of[v] != group_of.get(u)),
                       Fraction(0))
-        for best, total, name in ((best_out, egress, "out"), (best_in, ingress, "in")):
-            if total and (best is None or Fraction(2 * (count - 1)) / total > Fraction(2 * (best[0] - 1)) / best[1]):
-                if name == "out":
-                    best_out = (count, total)
-                else:
-                    best_in = (count, total)
-    every_gpu = len(gpus)
-    fallback_out = (every_gpu, sum((v for (u, _), v in bandwidth.items() if u in gpus), Fraction(0)))
-    fallback_in = (every_gpu, sum((v for (_, w), v in bandwidth.items() if w in gpus), Fraction(0)))
-    return best_out or fallback_out, best_in or fallback_in
+        if egress:
+            egress_found.append((count, egress))
+        if ingress:
+            ingress_found.append((count, ingress))
+
+    def strongest(found: list[tuple[int, Fraction]]) -> tuple[int, Fraction]:
+        # none: one gpu, or gpus without links; no message need cross and the term is zero
+        return max(found, key=lambda group: Fraction(2 * (group[0] - 1)) / group[1], default=(1, Fraction(1)))
+
+    return strongest(egress_found), strongest(ingress_found)
 
 
 def balanced_switches(topology: Topology) -> bool:
