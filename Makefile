@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-quick bench-record astra-check clean
+.PHONY: run test lint bench bench-quick bench-record astra-check catalog-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ bench-quick: $(STAMP)
 
 bench-record: $(STAMP)
 	$(BIN)/python -m bench --record
+
+# Re-verify and re-simulate every schedule of the catalog at 1 GiB (half an hour; `make test` re-simulates the
+# smaller entries and checks everything else about the larger ones)
+catalog-check: $(STAMP)
+	$(BIN)/synth catalog --check
 
 # ASTRA-sim against the astra model, every rank to the ns. Needs the ASTRA-sim 2.x analytical binaries (not part
 # of synth): SYNTH_ASTRA_BIN=/path/to/AstraSim_Analytical_Congestion_Aware (the Unaware one is looked up next to it,

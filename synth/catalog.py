@@ -11,7 +11,7 @@ Examples
 --------
 >>> import tempfile
 >>> with tempfile.TemporaryDirectory() as folder:
-...     entries = build_catalog(folder, topologies=["ring:n=4"], kinds=[Kind.ALLGATHER])
+...     entries = build_catalog(folder, topologies=["ring:n=4"], kinds=[Kind.ALLGATHER], size=2**20)
 >>> [(e.collective, e.file, e.algbw_GBps > 0) for e in entries]
 [('allgather', 'ring-n-4.allgather.json', True)]
 """
@@ -103,11 +103,11 @@ def _msccl_xml(schedule: Schedule, topology: Topology) -> tuple[str | None, str]
     return text, ""
 
 
-def _command(spec: str, kind: Kind, algorithm: str, file: str, out: str) -> str:
+def _command(spec: str, kind: Kind, algorithm: str, file: str, out: str, size: int = CATALOG_SIZE) -> str:
     from synth.algorithms import REGISTRY
 
     # a size-sensitive algorithm was made for the catalog's size: the command says so
-    sized = f" -O size={CATALOG_SIZE}" if algorithm in REGISTRY and REGISTRY[algorithm].size_sensitive else ""
+    sized = f" -O size={size}" if algorithm in REGISTRY and REGISTRY[algorithm].size_sensitive else ""
     return f"synth generate {spec} -c {kind.value} -a {algorithm}{sized} -o {out.rstrip('/')}/{file}"
 
 
@@ -125,12 +125,12 @@ def _best_fitting(rows: list[Row], schedules: dict[tuple[str, str], Schedule]) -
     return None, "", "; ".join(notes)
 
 
-def _catalog_cell(spec: str, kind: Kind, out_name: str) -> tuple[CatalogEntry, dict[str, str]]:
+def _catalog_cell(spec: str, kind: Kind, out_name: str, size: int) -> tuple[CatalogEntry, dict[str, str]]:
     """The catalog entry for one (topology, collective) and the files it adds (name -> text)."""
     topology = load_topology(spec)
-    rows, skipped, schedules = run_all(topology, [kind], [CATALOG_SIZE], include_slow=False, keep_going=True)
+    rows, skipped, schedules = run_all(topology, [kind], [size], include_slow=False, keep_going=True)
     time_bound = lower_bound(topology, kind)
-    bound = time_bound.algbw_GBps(CATALOG_SIZE) if time_bound else None
+    bound = time_bound.algbw_GBps(size) if time_bound else None
     label = time_bound.label if time_bound else "bound"
     row, text, note = _best_fitting(rows, schedules)
     if row is None:
@@ -145,17 +145,18 @@ def _catalog_cell(spec: str, kind: Kind, out_name: str) -> tuple[CatalogEntry, d
     if xml is not None:
         xml_name = f"{slug(spec)}.{kind.value}.xml"
         files[xml_name] = xml
-    chosen = f"{row.label}: the variant fastest at {CATALOG_SIZE} bytes" if row.variant else ""
+    chosen = f"{row.label}: the variant fastest at {size} bytes" if row.variant else ""
     note = "; ".join(part for part in (chosen, note, why) if part)
     return (CatalogEntry(spec, topology.name, topology.num_ranks, kind.value, row.algorithm, name,
                          xml_name, row.algbw_GBps, bound, len(schedule.transfers),
-                         _command(spec, kind, row.algorithm, name, out_name), note,
+                         _command(spec, kind, row.algorithm, name, out_name, size), note,
                          row.plan.to_dict(), label), files)
 
 
 def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | None = None,
                   kinds: Iterable[Kind] | None = None, out_label: str | None = None,
-                  progress: Callable[[str], None] | None = None, jobs: int = 1) -> list[CatalogEntry]:
+                  progress: Callable[[str], None] | None = None, jobs: int = 1,
+                  size: int = CATALOG_SIZE) -> list[CatalogEntry]:
     """Regenerate the catalog in ``out`` (atomically: a failure leaves the old catalog as it was).
 
     Parameters
@@ -172,6 +173,9 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         Called with a short description after each (topology, collective) is done.
     jobs : int
         Worker processes; each (topology, collective) is one task. The result does not depend on it.
+    size : int
+        The message size (bytes) schedules are ranked and timed at; default :data:`CATALOG_SIZE` (1 GiB),
+        the size of the shipped catalog. The index records it, and :func:`check_catalog` evaluates at it.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise InputError("", "jobs", f"expected a whole number of worker processes, at least 1, got {jobs!r}")
@@ -185,7 +189,7 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     results: dict[tuple[str, Kind], tuple[CatalogEntry, dict[str, str]]] = {}
     if jobs == 1 or len(cells) < 2:
         for spec, kind in cells:
-            results[(spec, kind)] = _catalog_cell(spec, kind, out_name)
+            results[(spec, kind)] = _catalog_cell(spec, kind, out_name, size)
             if progress:
                 progress(f"{spec} {kind.value}")
     else:
@@ -194,7 +198,7 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(cells)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_catalog_cell, spec, kind, out_name): (spec, kind) for spec, kind in cells}
+            futures = {pool.submit(_catalog_cell, spec, kind, out_name, size): (spec, kind) for spec, kind in cells}
             for future in as_completed(futures):
                 spec, kind = futures[future]
                 results[(spec, kind)] = future.result()
@@ -206,9 +210,9 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         entry, cell_files = results[cell]
         entries.append(entry)
         files.update(cell_files)
-    files[INDEX] = json.dumps({"size": CATALOG_SIZE, "model": "flow",
+    files[INDEX] = json.dumps({"size": size, "model": "flow",
                                "entries": [e.to_dict() for e in entries]}, indent=1) + "\n"
-    files[README] = render_readme(entries, out_name)
+    files[README] = render_readme(entries, out_name, size)
     stale = _listed_files(out) - set(files)
     with atomic_directory(out, option="--out", merge=True, kind="schedule catalog") as temp:
         for name, content in files.items():
@@ -227,13 +231,19 @@ def _listed_files(out: Path) -> set[str]:
         return set()
 
 
-def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules") -> str:
+def _readable(size: int) -> str:
+    """``1 GiB`` for 2**30: the README's column heading as it always read."""
+    text = format_size(size)
+    return re.sub(r"^(\d+(?:\.\d+)?)([KMGT]iB|B)$", r"\1 \2", text)
+
+
+def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules", size: int = CATALOG_SIZE) -> str:
     """The catalog's README: how it was made and one table row per (topology, collective)."""
     lines = [
         "# Schedule catalog",
         "",
         "Ready-made, verified schedules for the shipped topologies: for each topology and collective, the",
-        f"best schedule synth makes, ranked by algbw at {format_size(CATALOG_SIZE)} in the flow model among the "
+        f"best schedule synth makes, ranked by algbw at {format_size(size)} in the flow model among the "
         "algorithms that apply, each timed under the execution plan every synth command uses (protocol, slices",
         "and slices in flight: the `plan` column and the `plan` field of `index.json`; see `synth evaluate --help`)",
         "(slow solver runs such as `milp` left out). Broadcast and reduce use root 0. Files are synth JSON",
@@ -244,7 +254,7 @@ def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules")
         "and re-evaluates its figures. % of bound: the topology's proven lower bound on time at that size",
         "(links only) over the schedule's time (`-` where none is available).",
         "",
-        "| topology | gpus | collective | algorithm | algbw GB/s at 1 GiB | % of bound | plan | files | command |",
+        f"| topology | gpus | collective | algorithm | algbw GB/s at {_readable(size)} | % of bound | plan | files | command |",
         "| --- | ---: | --- | --- | ---: | ---: | --- | --- | --- |",
     ]
     for e in entries:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -56,3 +57,14 @@ def assert_refused(outcome: Outcome, named: str, expect: str, out_dir: Path | No
         left = sorted(p.name for p in out_dir.rglob("*"))
         assert not left, f"output left behind: {left}"
     return line
+
+
+@functools.cache
+def synthesized(spec: str, kind: str, algorithm: str):
+    """``synthesize(load_topology(spec), kind, algorithm)``, made once per test session: schedules are
+    immutable, and the exporters' round trips share milp's, which take seconds each. Refusals are not
+    remembered (each caller sees its own exception)."""
+    from synth.algorithms import synthesize
+    from synth.library import load_topology
+
+    return synthesize(load_topology(spec), kind, algorithm)

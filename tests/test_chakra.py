@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import synthesized
 from hypothesis import HealthCheck, given, settings
 
 from synth.algorithms import available, synthesize
@@ -267,7 +268,7 @@ def _round_trip_cases():
 def test_round_trip_every_algorithm(spec, kind, algorithm, tmp_path):
     topology = load_topology(spec)
     try:
-        schedule = synthesize(topology, kind, algorithm)
+        schedule = synthesized(spec, kind.value, algorithm)
     except NotApplicable as reason:
         pytest.skip(str(reason))
     verify(schedule, topology)

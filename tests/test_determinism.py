@@ -106,7 +106,7 @@ def test_cli_output_files_are_byte_identical_across_hash_seeds(tmp_path):
         folder.mkdir()
         env = {"PYTHONHASHSEED": seed}
         steps = [["generate", "dgx-a100:boxes=2", "-c", "allreduce", "-a", "forest", "-o", "s.json"],
-                 ["export", "msccl", "s.json", "-o", "s.xml"],
+                 ["export", "msccl", "s.json", "-s", "1MiB", "-o", "s.xml"],
                  ["export", "chakra", "s.json", "-s", "1MiB", "-o", "et"]]
         for args in steps:
             outcome = run_process(args, cwd=folder, env=env)

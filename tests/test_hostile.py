@@ -207,7 +207,7 @@ def _commands_writing(target: str, good: Path, msccl_xml: Path, topology: str = 
         ["tune", topology, "-c", "allgather", "-s", "1MiB", "--out", target],
         ["tune", topology, "-c", "allgather", "-s", "1MiB", "--plot", target],
         ["compare", topology, "-c", "allgather", "-s", "1MiB", "--plot", target],
-        ["catalog", "--out", target, "-t", topology, "-c", "allgather"],
+        ["catalog", "--out", target, "-t", topology, "-c", "allgather", "-s", "1MiB"],
         ["import", "msccl", str(msccl_xml), "-t", "ring:n=8", "-o", target],
         ["sweep", "spec.json", "-o", target],
     ]
@@ -256,7 +256,7 @@ def test_output_onto_an_existing_folder_or_a_device(cli, tmp_path, good, msccl_x
         assert len(outcome.err.strip().splitlines()) == 1, outcome.err
         assert str(folder) in outcome.err, outcome.err
     assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
-    assert cli("catalog", "--out", folder, "-t", "ring:n=4", "-c", "allgather").code == 0
+    assert cli("catalog", "--out", folder, "-t", "ring:n=4", "-c", "allgather", "-s", "1MiB").code == 0
     assert (folder / "mine.txt").read_text() == "keep" and (folder / "index.json").is_file()
     device = Path(os.devnull)
     before = device.stat()

@@ -145,7 +145,7 @@ def test_rail_aware_rings_beat_rail_blind_ones_on_2_dgx_a100():
     verify(aware, topo)
     verify(blind, topo)
     assert congestion(blind, topo).seconds_per_byte >= 4 * congestion(aware, topo).seconds_per_byte
-    assert evaluate(blind, topo, GIB).time_s >= 3 * evaluate(aware, topo, GIB).time_s
+    assert evaluate(blind, topo, 64 * MIB).time_s >= 3 * evaluate(aware, topo, 64 * MIB).time_s
 
 
 def test_rail_layouts_of_the_shipped_systems():

@@ -15,8 +15,8 @@ from synth.evaluate import evaluate_sizes
 from synth.sweep import parse_spec, run_point
 from synth.tune import tune
 
-SIZES = ["64KiB", "64MiB"]
-SIZE_BYTES = [64 * 1024, 64 * 2**20]
+SIZES = ["64KiB", "4MiB"]  # at 4 MiB: LL, LL128 and Simple plans, some of 8 slices per chunk (forest, hierarchical)
+SIZE_BYTES = [64 * 1024, 4 * 2**20]
 KINDS = [k.value for k in Kind]
 #: Solver runs are left out of compare and tune by default (they are slow); everything else is checked.
 SLOW = {"milp"}

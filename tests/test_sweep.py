@@ -218,7 +218,7 @@ def test_serial_sweep_writes_rows_in_grid_order_and_resumes(tmp_path):
 
     # Grow the grid and the sizes: only the missing (point, size) cells run; the result equals a fresh run.
     bigger = parse_spec({**SMALL, "grid": {"n": [4, 6, 8], "bandwidth": [25, 50.5]},
-                         "sizes": ["64KiB", "16MiB", "1GiB"]})
+                         "sizes": ["64KiB", "16MiB", "4MiB"]})
     grown = run_sweep(bigger, output, workers=1)
     assert grown.already_done == 0 and grown.ran == 30  # every point lacked the new size
     merged = read_results(output)
@@ -302,7 +302,7 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
 # ------------------------------------------------------------------------- the command, kill, resume
 KILL_SPEC = {"topology": "switch", "grid": {"n": {"from": 8, "to": 28, "step": 4}, "bandwidth": [25, 50]},
              "collectives": ["allgather", "allreduce", "alltoall"], "algorithms": ["ring", "direct"],
-             "sizes": ["1MiB", "1GiB"]}
+             "sizes": ["1MiB", "64MiB"]}
 
 
 def synth_command(*args: str) -> list[str]:

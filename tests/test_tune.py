@@ -16,7 +16,7 @@ from synth.library import load_topology
 from synth.tune import DEFAULT_SIZES, FORMAT, boundary, candidates, tune
 
 runner = CliRunner()
-SMALL_SIZES = [1024, 65536, 2**22, 2**30]
+SMALL_SIZES = [1024, 65536, 2**22, 2**26]
 
 
 def test_default_sizes_are_1kib_to_4gib_in_powers_of_4():
@@ -45,10 +45,10 @@ def test_ranking_and_ranges():
 
 
 def test_small_messages_go_to_log_depth_and_large_to_bandwidth_optimal():
-    result = tune(load_topology("switch:n=16"), Kind.ALLREDUCE, [1024, 2**30], algorithms=["ring", "tree", "rhd"])
+    result = tune(load_topology("switch:n=16"), Kind.ALLREDUCE, [1024, 2**26], algorithms=["ring", "tree", "rhd"])
     small, large = result.per_size
     assert small.winner in ("tree", "tree[shape=binomial]", "rhd")
-    assert large.winner in ("ring", "rhd") and large.percent_of_bound > 99
+    assert large.winner in ("ring", "rhd", "nccl") and large.percent_of_bound > 99  # nccl: its rings
 
 
 def test_candidates_merge_options_and_time_limits():
@@ -92,7 +92,7 @@ def test_boundary_is_the_geometric_mean():
                                               ("ndv2:boxes=2", "allreduce"), ("bigraph", "allreduce")])
 def test_cli_on_small_topologies(tmp_path, spec, collective):
     out, picture = tmp_path / "table.json", tmp_path / "algbw.png"
-    result = runner.invoke(app, ["tune", spec, "-c", collective, "-s", "4KiB", "-s", "64MiB", "--time-limit", "5",
+    result = runner.invoke(app, ["tune", spec, "-c", collective, "-s", "4KiB", "-s", "1MiB", "--time-limit", "5",
                                  "--skip-slow", "--out", str(out), "--plot", str(picture), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -102,7 +102,7 @@ def test_cli_on_small_topologies(tmp_path, spec, collective):
 
 
 def test_cli_table_output():
-    result = runner.invoke(app, ["tune", "switch:n=8", "-c", "allreduce", "-s", "1KiB", "-s", "1GiB", "--skip-slow"])
+    result = runner.invoke(app, ["tune", "switch:n=8", "-c", "allreduce", "-s", "1KiB", "-s", "64MiB", "--skip-slow"])
     assert result.exit_code == 0, result.output
     assert "winner" in result.stdout and "runner-up" in result.stdout and "% of bound" in result.stdout
     assert "tree[shape=binomial]" in result.stdout  # labels are printed literally, not as markup

@@ -151,7 +151,7 @@ def test_csv_mode_does_not_leak_into_the_next_command(capsys, monkeypatch):
 # ----------------------------------------------------------------------------- catalog --check filters
 def test_catalog_check_honours_its_filters(tmp_path, capsys, monkeypatch):
     out = tmp_path / "cat"
-    built = run_cli(["catalog", "-o", str(out), "-t", "switch:n=4", "-c", "allgather", "-c", "reducescatter",
+    built = run_cli(["catalog", "-o", str(out), "-t", "switch:n=4", "-c", "allgather", "-c", "reducescatter", "-s", "1MiB",
                      "--quiet"], capsys, monkeypatch)
     assert built.code == 0, built.err
     index = json.loads((out / "index.json").read_text())

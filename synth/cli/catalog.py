@@ -23,6 +23,7 @@ from synth.cli.common import (
 from synth.collectives import parse_kind
 from synth.errors import SynthError
 from synth.fileio import check_interrupted
+from synth.units import format_size, parse_size
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +37,8 @@ def catalog(
                         help="only these topologies (repeatable); default every shipped one")] = None,
     collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
                           help="only these collectives (repeatable); default all six")] = None,
+    size: Annotated[str, typer.Option("--size", "-s", help="the message size schedules are ranked and timed at "
+                    "(recorded in index.json; --check evaluates at the recorded size)")] = "1GiB",
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
                     help="worker processes, one (topology, collective) each; the files do not depend on it")] = 1,
     check: Annotated[bool, typer.Option("--check", help="do not regenerate: re-verify the files (those "
@@ -47,11 +50,12 @@ def catalog(
     verbose: bool = VERBOSE_OPTION,
 ) -> None:
     """Regenerate the schedule catalog: for each shipped topology and collective the best schedule at
-    1 GiB as synth JSON (and MSCCL XML where it fits), with README.md and index.json."""
+    1 GiB (--size) as synth JSON (and MSCCL XML where it fits), with README.md and index.json."""
     from synth.catalog import build_catalog, check_catalog, default_specs
 
     command_verbosity(quiet, verbose)
     kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
+    nbytes = parse_size(size, "--size")
     if check:
         problems = check_catalog(out, topologies=topology, kinds=kinds)
         if as_json:
@@ -77,13 +81,13 @@ def catalog(
             detail(f"done: {what}")
             check_interrupted()
 
-        entries = build_catalog(out, specs, kinds, progress=step, jobs=jobs)
+        entries = build_catalog(out, specs, kinds, progress=step, jobs=jobs, size=nbytes)
     if as_json:
         print_json([e.to_dict() for e in entries])
         return
     rows = [[e.topology, e.collective, e.algorithm or "-", "-" if e.algbw_GBps is None else f"{e.algbw_GBps:.2f}",
              "-" if e.percent_of_bound is None else f"{e.percent_of_bound:.1f}%", e.file or e.note]
             for e in entries]
-    console.print(table(f"catalog in {out}/ (1GiB, flow model)", ["topology", "collective", "algorithm",
+    console.print(table(f"catalog in {out}/ ({format_size(nbytes)}, flow model)", ["topology", "collective", "algorithm",
                                                                   "algbw GB/s", "% of bound", "file"], rows, {3, 4}))
     note(f"wrote {sum(1 for e in entries if e.file)} schedules, {shown(out)}/README.md and {shown(out)}/index.json")
