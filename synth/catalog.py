@@ -103,7 +103,7 @@ def _msccl_xml(schedule: Schedule, topology: Topology) -> tuple[str | None, str]
     return text, ""
 
 
-def _command(spec: str, kind: Kind, algorithm: str, file: str, out: str, size: int = CATALOG_SIZE) -> str:
+def _command(spec: str, kind: Kind, algorithm: str, file: str, out: str, size: int) -> str:
     from synth.algorithms import REGISTRY
 
     # a size-sensitive algorithm was made for the catalog's size: the command says so
@@ -231,12 +231,6 @@ def _listed_files(out: Path) -> set[str]:
         return set()
 
 
-def _readable(size: int) -> str:
-    """``1 GiB`` for 2**30: the README's column heading as it always read."""
-    text = format_size(size)
-    return re.sub(r"^(\d+(?:\.\d+)?)([KMGT]iB|B)$", r"\1 \2", text)
-
-
 def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules", size: int = CATALOG_SIZE) -> str:
     """The catalog's README: how it was made and one table row per (topology, collective)."""
     lines = [
@@ -254,7 +248,7 @@ def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules",
         "and re-evaluates its figures. % of bound: the topology's proven lower bound on time at that size",
         "(links only) over the schedule's time (`-` where none is available).",
         "",
-        f"| topology | gpus | collective | algorithm | algbw GB/s at {_readable(size)} | % of bound | plan | files | command |",
+        f"| topology | gpus | collective | algorithm | algbw GB/s at {format_size(size)} | % of bound | plan | files | command |",
         "| --- | ---: | --- | --- | ---: | ---: | --- | --- | --- |",
     ]
     for e in entries:

@@ -119,7 +119,7 @@ def test_build_catalog_small_is_deterministic_and_checks(tmp_path):
         assert (second / path.name).read_bytes() == path.read_bytes(), f"{path.name} differs between runs"
     readme = (first / "README.md").read_text()
     assert readme.count("\n| ring:n=4 |") == 2 and "synth generate switch:n=4 -c broadcast -a" in readme
-    assert "algbw GB/s at 1 MiB" in readme and json.loads((first / "index.json").read_text())["size"] == SMALL
+    assert "algbw GB/s at 1MiB" in readme and json.loads((first / "index.json").read_text())["size"] == SMALL
 
 
 def test_best_is_chosen_by_algbw_at_the_catalog_size(tmp_path):
@@ -188,3 +188,19 @@ def test_cli_catalog_and_check(tmp_path):
     (out / "ring-n-4.allgather.json").write_text("{}")
     result = runner.invoke(app, ["catalog", "--out", str(out), "--check"])
     assert result.exit_code == 1 and "problem" in result.stdout
+
+
+def test_cli_catalog_size_is_checked_and_not_taken_with_check(tmp_path, capsys, monkeypatch):
+    from helpers import assert_refused, run_cli
+
+    out = tmp_path / "cat"
+    for size, expect in (("0", "expected a positive size"), ("abc", "expected a size such as")):
+        outcome = run_cli(["catalog", "-o", str(out), "-t", "ring:n=4", "-c", "allgather", "-s", size], capsys,
+                          monkeypatch)
+        assert_refused(outcome, "--size", expect)
+        assert not out.exists(), "nothing is written for a refused size"
+    assert run_cli(["catalog", "-o", str(out), "-t", "ring:n=4", "-c", "allgather", "-s", "1MiB", "--json"], capsys,
+                   monkeypatch).code == 0
+    assert json.loads((out / "index.json").read_text())["size"] == 2**20
+    outcome = run_cli(["catalog", "--check", "-o", str(out), "-s", "1GiB"], capsys, monkeypatch)
+    assert_refused(outcome, "--size", "evaluates at the size the catalog's index.json records")

@@ -21,7 +21,7 @@ from synth.cli.common import (
     table,
 )
 from synth.collectives import parse_kind
-from synth.errors import SynthError
+from synth.errors import InputError, SynthError
 from synth.fileio import check_interrupted
 from synth.units import format_size, parse_size
 
@@ -37,8 +37,8 @@ def catalog(
                         help="only these topologies (repeatable); default every shipped one")] = None,
     collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
                           help="only these collectives (repeatable); default all six")] = None,
-    size: Annotated[str, typer.Option("--size", "-s", help="the message size schedules are ranked and timed at "
-                    "(recorded in index.json; --check evaluates at the recorded size)")] = "1GiB",
+    size: Annotated[str | None, typer.Option("--size", "-s", help="the message size schedules are ranked and timed "
+                    "at, default 1GiB (recorded in index.json; --check evaluates at the recorded size)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
                     help="worker processes, one (topology, collective) each; the files do not depend on it")] = 1,
     check: Annotated[bool, typer.Option("--check", help="do not regenerate: re-verify the files (those "
@@ -51,11 +51,14 @@ def catalog(
 ) -> None:
     """Regenerate the schedule catalog: for each shipped topology and collective the best schedule at
     1 GiB (--size) as synth JSON (and MSCCL XML where it fits), with README.md and index.json."""
-    from synth.catalog import build_catalog, check_catalog, default_specs
+    from synth.catalog import CATALOG_SIZE, build_catalog, check_catalog, default_specs
 
     command_verbosity(quiet, verbose)
     kinds = [parse_kind(c, field="--collective") for c in collective] if collective else None
-    nbytes = parse_size(size, "--size")
+    if check and size is not None:
+        raise InputError("", "--size", "--check evaluates at the size the catalog's index.json records; "
+                         "leave --size out")
+    nbytes = CATALOG_SIZE if size is None else parse_size(size, "--size")
     if check:
         problems = check_catalog(out, topologies=topology, kinds=kinds)
         if as_json:
