@@ -42,8 +42,8 @@ size : int or str, optional
     bandwidth optimum but stream each tree at a larger share of its links, so fill and drain cost less.
     The two fastest k are also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where their chunks are larger: finer
     slices fill a deep forest's pipeline sooner. From the fastest so far, the choice then steps to the
-    next k, the next finer slice (64 then 32 KiB, ``REFINE_SLICES``) or both while that is faster: more
-    trees pay off once finer slices fill them. The chosen schedule pins its slice size in
+    next k, the next finer slice (``REFINE_SLICES``: 256, 128, 64 then 32 KiB, halving) or both while that
+    is faster: more trees pay off once finer slices fill them. The chosen schedule pins its slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
     NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
     ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, None where a variant was
@@ -247,9 +247,11 @@ def _with_params(schedule: Schedule, extra: dict[str, Any]) -> Schedule:
 #: The finer slice forest's size choice also tries (bytes): small enough that a deep forest's pipeline fills
 #: fast, and NCCL-sized (8 such steps are a 512 KiB NCCL_BUFFSIZE).
 FINE_SLICE_BYTES = 64 * 1024
-#: The slices forest's size choice steps through from its best variant, coarse to fine (bytes): 32 KiB is
-#: LL's step, 8 in flight a 256 KiB NCCL_BUFFSIZE.
-REFINE_SLICES: tuple[int, ...] = (FINE_SLICE_BYTES, 32 * 1024)
+#: The slices forest's size choice steps through from its best variant, coarse to fine (bytes), halving from
+#: half the Simple step: a variant whose 64 KiB slices lose to the rule's 512 KiB can still gain from 256 KiB
+#: (2 x DGX H100's broadcast: with Simple's per-step latency, 8 slices of 64 KiB in flight no longer cover a
+#: hop's delay). 32 KiB is LL's step, 8 in flight a 256 KiB NCCL_BUFFSIZE.
+REFINE_SLICES: tuple[int, ...] = (256 * 1024, 128 * 1024, FINE_SLICE_BYTES, 32 * 1024)
 #: How many tree counts (the fastest with the rule's slices) forest's size choice also tries with
 #: :data:`FINE_SLICE_BYTES` slices: each such simulation costs about ``slice ratio`` times the rule's.
 FINE_SLICE_CANDIDATES = 2
