@@ -347,11 +347,12 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
         """Start the next slice of every candidate that may; returns the transfers that completed
         instantly (local ops), whose slices arrived now."""
         nonlocal changed
-        rows: np.ndarray = np.unique(candidates) if len(candidates) > 1 else candidates
-        rows = rows[~busy[rows]]
+        rows: np.ndarray = candidates[~busy[candidates]]
         next_slice = sent[rows]
         rows = rows[(next_slice < slices) & (arrived[rows] > next_slice - window)]
-        if not len(rows):
+        if len(rows) > 1:
+            rows = np.unique(rows)
+        elif not len(rows):
             return rows
         rows = rows[depmin(rows) > sent[rows]]
         if not len(rows):
