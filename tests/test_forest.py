@@ -712,3 +712,23 @@ def test_nvl72_packs_one_root_and_copies_it():
     verify(schedule, topo)
     assert schedule.params["tree_box_symmetry"] is True
     assert congestion(schedule, topo).seconds_per_byte == Fraction(71, 72 * 900 * GIGA)  # algbw 72 * 900 / 71
+
+
+def test_size_choice_reports_each_variant_it_simulates_and_its_choice():
+    """``progress`` (what `synth generate` shows on a terminal) gets one event per variant in
+    ``size_choice`` and one with the choice; the schedule is the one made without it, byte for byte."""
+    from synth.algorithms.utils import Progress
+
+    topology = load_topology("dgx1")
+    events: list[Progress] = []
+    schedule = synthesize(topology, Kind.ALLGATHER, "forest", size=2**26, progress=events.append)
+    assert schedule.to_json() == synthesize(topology, Kind.ALLGATHER, "forest", size=2**26).to_json()
+    choice = schedule.params["size_choice"]
+    assert [e.phase for e in events] == ["size choice"] * len(choice["time_s"]) + ["done"]
+    assert all(e.collective == "allgather" for e in events)
+    assert [e.elapsed_s for e in events] == sorted(e.elapsed_s for e in events)
+    chosen = choice["chosen_trees_per_root"]
+    assert events[-1].message.startswith(f"chose k={chosen}, ")
+    assert f"{schedule.params['modelled_time_s'] * 1e6:,.2f} us" in events[-1].message
+    with pytest.raises(InputError, match="progress"):
+        synthesize(topology, Kind.ALLGATHER, "forest", size=2**26, progress="yes")

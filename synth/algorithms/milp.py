@@ -98,7 +98,6 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -116,7 +115,7 @@ from synth.algorithms.milp_instance import (
     rotation_of,
     send_window,
 )
-from synth.algorithms.utils import make_collective
+from synth.algorithms.utils import Progress, ProgressFunction, check_progress, make_collective
 from synth.collectives import Collective, Kind
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
@@ -157,19 +156,6 @@ def default_time_limit() -> float:
     return min(DEFAULT_TIME_LIMIT_S, limits.solver_time_limit())
 
 
-@dataclass(frozen=True)
-class Progress:
-    """A progress event: ``phase`` is ``"greedy"``, ``"solve"`` or ``"done"``."""
-
-    phase: str
-    collective: str
-    best_epochs: int | None = None
-    bound_epochs: int | None = None
-    elapsed_s: float = 0.0
-    message: str = ""
-
-
-ProgressFunction = Callable[[Progress], None]
 
 
 @dataclass
@@ -292,8 +278,7 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
     _check_number(time_limit_s, "time_limit_s", positive=True)
     if routing not in ROUTINGS:
         raise InputError("", "routing", f"expected one of {', '.join(ROUTINGS)}, got {routing!r}")
-    if progress is not None and not callable(progress):
-        raise InputError("", "progress", f"expected a callable or None, got {progress!r}")
+    check_progress(progress)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError("", "workers", f"expected a positive integer, got {workers!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):

@@ -6,6 +6,7 @@ Routing itself (paths through forwarding nodes, relay chains) is a property of t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from synth.collectives import ROOTED, Collective, Kind
@@ -13,6 +14,31 @@ from synth.errors import InputError
 from synth.routing import chain_paths, neighbors, relay_chain
 from synth.schedule import ScheduleBuilder
 from synth.topology import Topology
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event of a long synthesis, for a status line (the algorithms themselves print nothing).
+
+    ``phase``: milp's ``"greedy"``, ``"solve"`` or ``"done"``; forest's ``"size choice"`` or ``"done"``.
+    ``best_epochs`` and ``bound_epochs`` are milp's; ``message`` says what was just found.
+    """
+
+    phase: str
+    collective: str
+    best_epochs: int | None = None
+    bound_epochs: int | None = None
+    elapsed_s: float = 0.0
+    message: str = ""
+
+
+ProgressFunction = Callable[[Progress], None]
+
+
+def check_progress(progress: object) -> None:
+    """Refuse a ``progress`` option that is not a callable (or None)."""
+    if progress is not None and not callable(progress):
+        raise InputError("", "progress", f"expected a callable or None, got {progress!r}")
 
 
 def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: int | None,
