@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,11 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         Topology specs; default every shipped topology (:func:`default_specs`).
     kinds : iterable of Kind, optional
         Collectives; default all six (broadcast and reduce from root 0).
+
+        With ``topologies`` or ``kinds`` only those cells are rebuilt and merged into the catalog already
+        in ``out``: its other entries and files stay, each rebuilt entry takes its old place in the index
+        (new ones go last). Merging at another size than the index records is refused (the figures would
+        mix sizes) unless every entry it holds is rebuilt. Without either, the catalog is replaced whole.
     out_label : str, optional
         How the folder is named in the commands written to the README (default ``out`` as given).
     progress : callable, optional
@@ -186,6 +191,15 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     for spec in specs:
         load_topology(spec)  # a bad spec fails before any work starts
     cells = [(spec, kind) for spec in specs for kind in kinds]
+    merging = topologies is not None or kinds is not None
+    rebuilt = {(spec, kind.value) for spec, kind in cells}
+    previous = _previous_entries(out) if merging else []
+    kept = [entry for entry in previous if (entry.topology, entry.collective) not in rebuilt]
+    recorded = _recorded_size(out)
+    if kept and recorded is not None and recorded != size:
+        raise InputError(str(out / INDEX), "size", f"the catalog there is at {format_size(recorded)}; rebuilding "
+                         f"some of its entries at {format_size(size)} would mix sizes: give --size "
+                         f"{format_size(recorded)}, rebuild every entry, or use another --out")
     results: dict[tuple[str, Kind], tuple[CatalogEntry, dict[str, str]]] = {}
     if jobs == 1 or len(cells) < 2:
         for spec, kind in cells:
@@ -210,16 +224,44 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         entry, cell_files = results[cell]
         entries.append(entry)
         files.update(cell_files)
+    if merging:
+        new = {(entry.topology, entry.collective): entry for entry in entries}
+        listed = [new.pop((old.topology, old.collective), old) for old in previous]
+        listed += [entry for entry in entries if (entry.topology, entry.collective) in new]
+        replaced = [old for old in previous if (old.topology, old.collective) in rebuilt]
+        stale = {name for old in replaced for name in (old.file, old.msccl) if name} - set(files)
+    else:
+        listed = entries
+        stale = _listed_files(out) - set(files)
     files[INDEX] = json.dumps({"size": size, "model": "flow",
-                               "entries": [e.to_dict() for e in entries]}, indent=1) + "\n"
-    files[README] = render_readme(entries, out_name, size)
-    stale = _listed_files(out) - set(files)
+                               "entries": [e.to_dict() for e in listed]}, indent=1) + "\n"
+    files[README] = render_readme(listed, out_name, size)
     with atomic_directory(out, option="--out", merge=True, kind="schedule catalog") as temp:
         for name, content in files.items():
             (temp / name).write_text(content, encoding="utf-8")
     for name in sorted(stale):
         (out / name).unlink(missing_ok=True)
     return entries
+
+
+def _previous_entries(out: Path) -> list[CatalogEntry]:
+    """The entries of the catalog index in ``out`` (none when there is no readable index)."""
+    known = {f.name for f in fields(CatalogEntry)}
+    try:
+        data = json.loads((out / INDEX).read_text(encoding="utf-8"))
+        return [CatalogEntry(**{key: value for key, value in record.items() if key in known})
+                for record in data["entries"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def _recorded_size(out: Path) -> int | None:
+    """The message size the catalog index in ``out`` records (None when there is none to read)."""
+    try:
+        size = json.loads((out / INDEX).read_text(encoding="utf-8"))["size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) else None
 
 
 def _listed_files(out: Path) -> set[str]:

@@ -14,6 +14,7 @@ from synth.catalog import CATALOG_SIZE, build_catalog, check_catalog, render_rea
 from synth.cli import app
 from synth.collectives import Kind
 from synth.compare import lower_bound
+from synth.errors import InputError
 from synth.evaluate import congestion, evaluate
 from synth.explain import critical_path, explain, levels
 from synth.library import load_topology
@@ -132,12 +133,36 @@ def test_best_is_chosen_by_algbw_at_the_catalog_size(tmp_path):
     assert entry.algbw_GBps == max(r.algbw_GBps for r in rows)
 
 
+def test_rebuilding_some_cells_merges_them_into_the_catalog(tmp_path):
+    """`synth catalog -t X -c Y` on a catalog refreshes those entries and keeps every other one."""
+    build_catalog(tmp_path, ["ring:n=4", "switch:n=4"], [Kind.ALLGATHER, Kind.ALLREDUCE], size=SMALL)
+    before = json.loads((tmp_path / "index.json").read_text())
+    readme = (tmp_path / "README.md").read_text()
+    (rebuilt,) = build_catalog(tmp_path, ["switch:n=4"], [Kind.ALLGATHER], size=SMALL)
+    after = json.loads((tmp_path / "index.json").read_text())
+    assert after == before and (tmp_path / "README.md").read_text() == readme  # same code, same bytes
+    assert rebuilt.to_dict() == after["entries"][2]  # in its old place
+    assert all((tmp_path / e["file"]).is_file() for e in after["entries"])
+    build_catalog(tmp_path, ["ring:n=3"], [Kind.ALLGATHER], size=SMALL)
+    cells = [(e["topology"], e["collective"]) for e in json.loads((tmp_path / "index.json").read_text())["entries"]]
+    assert cells == [(e["topology"], e["collective"]) for e in before["entries"]] + [("ring:n=3", "allgather")]
+    assert check_catalog(tmp_path) == []
+    with pytest.raises(InputError, match="would mix sizes") as refused:
+        build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER], size=2 * SMALL)
+    assert refused.value.source.endswith("index.json") and refused.value.field == "size"
+    assert len(json.loads((tmp_path / "index.json").read_text())["entries"]) == 5  # nothing changed
+    # rebuilding every entry it holds may change the size
+    build_catalog(tmp_path, ["ring:n=4", "switch:n=4", "ring:n=3"], [Kind.ALLGATHER, Kind.ALLREDUCE], size=2 * SMALL)
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["size"] == 2 * SMALL and len(index["entries"]) == 6
+
+
 def test_stale_files_are_removed_and_size_limit_is_kept(tmp_path, monkeypatch):
     build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER, Kind.ALLREDUCE], size=SMALL)
     assert (tmp_path / "ring-n-4.allreduce.json").is_file()
     (tmp_path / "notes.txt").write_text("mine")
     build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER], size=SMALL)
-    assert not (tmp_path / "ring-n-4.allreduce.json").exists()
+    assert (tmp_path / "ring-n-4.allreduce.json").is_file(), "a cell not rebuilt keeps its file"
     assert (tmp_path / "notes.txt").read_text() == "mine", "files the catalog did not write are left alone"
     monkeypatch.setattr(catalog, "MAX_JSON_BYTES", 100)
     (entry,) = build_catalog(tmp_path, ["ring:n=4"], [Kind.ALLGATHER], size=SMALL)

@@ -34,9 +34,10 @@ def register(app: typer.Typer) -> None:
 def catalog(
     out: Annotated[str, typer.Option("--out", "-o", help="catalog folder")] = "schedules",
     topology: Annotated[list[str] | None, typer.Option("--topology", "-t",
-                        help="only these topologies (repeatable); default every shipped one")] = None,
+                        help="only these topologies (repeatable), merged into the catalog in --out (its other entries stay); "
+                        "default every shipped one, replacing it")] = None,
     collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
-                          help="only these collectives (repeatable); default all six")] = None,
+                          help="only these collectives (repeatable), merged like --topology; default all six")] = None,
     size: Annotated[str | None, typer.Option("--size", "-s", help="the message size schedules are ranked and timed "
                     "at, default 1GiB (recorded in index.json; --check evaluates at the recorded size)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
