@@ -732,3 +732,22 @@ def test_size_choice_reports_each_variant_it_simulates_and_its_choice():
     assert f"{schedule.params['modelled_time_s'] * 1e6:,.2f} us" in events[-1].message
     with pytest.raises(InputError, match="progress"):
         synthesize(topology, Kind.ALLGATHER, "forest", size=2**26, progress="yes")
+
+
+def test_generate_says_which_variant_forest_chose_for_the_size(tmp_path, capsys, monkeypatch):
+    from helpers import run_cli
+
+    from synth.cli.common import fmt_time
+
+    output = tmp_path / "forest.json"
+    outcome = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "forest", "-O", "size=64MiB", "-o", str(output)],
+                      capsys, monkeypatch)
+    assert outcome.code == 0, outcome.err
+    params = json.loads(output.read_text())["params"]
+    choice = params["size_choice"]
+    (line,) = [text for text in outcome.out.splitlines() if text.startswith("forest: chose ")]
+    slices = f"{choice['chosen_slice_bytes'] // 1024}KiB slices" if choice["chosen_slice_bytes"] else "the plan rule's"
+    assert line.startswith(f"forest: chose {params['variant']} with {slices}")
+    assert f"fastest of {len(choice['time_s'])} variants simulated at 64MiB: {fmt_time(params['modelled_time_s'])}" in line
+    plain = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "forest", "-o", str(output)], capsys, monkeypatch)
+    assert plain.code == 0 and "chose" not in plain.out  # no size, no choice to report
