@@ -193,9 +193,8 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     cells = [(spec, kind) for spec in specs for kind in kinds]
     merging = topologies is not None or kinds is not None
     rebuilt = {(spec, kind.value) for spec, kind in cells}
-    previous = _previous_entries(out) if merging else []
-    kept = [entry for entry in previous if (entry.topology, entry.collective) not in rebuilt]
-    recorded = _recorded_size(out)
+    recorded, previous = _read_index(out)
+    kept = [entry for entry in previous if (entry.topology, entry.collective) not in rebuilt] if merging else []
     if kept and recorded is not None and recorded != size:
         raise InputError(str(out / INDEX), "size", f"the catalog there is at {format_size(recorded)}; rebuilding "
                          f"some of its entries at {format_size(size)} would mix sizes: give --size "
@@ -229,10 +228,9 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         listed = [new.pop((old.topology, old.collective), old) for old in previous]
         listed += [entry for entry in entries if (entry.topology, entry.collective) in new]
         replaced = [old for old in previous if (old.topology, old.collective) in rebuilt]
-        stale = {name for old in replaced for name in (old.file, old.msccl) if name} - set(files)
     else:
-        listed = entries
-        stale = _listed_files(out) - set(files)
+        listed, replaced = entries, previous
+    stale = {name for old in replaced for name in (old.file, old.msccl) if name} - set(files)
     files[INDEX] = json.dumps({"size": size, "model": "flow",
                                "entries": [e.to_dict() for e in listed]}, indent=1) + "\n"
     files[README] = render_readme(listed, out_name, size)
@@ -244,33 +242,18 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     return entries
 
 
-def _previous_entries(out: Path) -> list[CatalogEntry]:
-    """The entries of the catalog index in ``out`` (none when there is no readable index)."""
+def _read_index(out: Path) -> tuple[int | None, list[CatalogEntry]]:
+    """The size and entries the catalog index in ``out`` records ((None, []) when there is no readable index),
+    so a rebuild can merge into it and drop the files it no longer lists."""
     known = {f.name for f in fields(CatalogEntry)}
     try:
         data = json.loads((out / INDEX).read_text(encoding="utf-8"))
-        return [CatalogEntry(**{key: value for key, value in record.items() if key in known})
-                for record in data["entries"]]
+        entries = [CatalogEntry(**{key: value for key, value in record.items() if key in known})
+                   for record in data["entries"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []
-
-
-def _recorded_size(out: Path) -> int | None:
-    """The message size the catalog index in ``out`` records (None when there is none to read)."""
-    try:
-        size = json.loads((out / INDEX).read_text(encoding="utf-8"))["size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return size if isinstance(size, int) else None
-
-
-def _listed_files(out: Path) -> set[str]:
-    """Files the existing catalog's index names (so a regenerated catalog can drop stale ones)."""
-    try:
-        data = json.loads((out / INDEX).read_text(encoding="utf-8"))
-        return {name for e in data["entries"] for name in (e.get("file"), e.get("msccl")) if name}
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
+        return None, []
+    size = data.get("size")
+    return (size if isinstance(size, int) and not isinstance(size, bool) else None), entries
 
 
 def render_readme(entries: Sequence[CatalogEntry], out_label: str = "schedules", size: int = CATALOG_SIZE) -> str:

@@ -156,8 +156,6 @@ def default_time_limit() -> float:
     return min(DEFAULT_TIME_LIMIT_S, limits.solver_time_limit())
 
 
-
-
 @dataclass
 class PhaseResult:
     """The outcome of solving one instance.
