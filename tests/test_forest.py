@@ -723,6 +723,7 @@ def test_size_choice_reports_each_variant_it_simulates_and_its_choice():
     events: list[Progress] = []
     schedule = synthesize(topology, Kind.ALLGATHER, "forest", size=2**26, progress=events.append)
     assert schedule.to_json() == synthesize(topology, Kind.ALLGATHER, "forest", size=2**26).to_json()
+    verify(schedule, topology)
     choice = schedule.params["size_choice"]
     assert [e.phase for e in events] == ["size choice"] * len(choice["time_s"]) + ["done"]
     assert all(e.collective == "allgather" for e in events)
