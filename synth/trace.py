@@ -60,17 +60,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from synth.collectives import Kind
-from synth.errors import InputError, LimitError
+from synth.errors import InputError, LimitError, SynthError
 from synth.proto import et_def
 from synth.proto.et_def import CollectiveCommType, NodeType
 from synth.rank_deps import NearestTouching
 from synth.schedule import REDUCE, Schedule, Transfer
+
+if TYPE_CHECKING:
+    from synth.trees import TreeSchedule
 
 #: ``GlobalMetadata.version`` written into every file (nobody checks it; it must not be empty).
 ET_VERSION = "0.0.4"
@@ -135,19 +139,21 @@ class EtProgram:
         return dict(sorted(result.items()))
 
 
-def chunk_bytes(schedule: Schedule, size: int) -> int:
+def chunk_bytes(schedule: Schedule | TreeSchedule, size: int) -> int:
     """Bytes per message for a collective of ``size`` bytes: size / chunks rounded up (at least 1)."""
     return max(1, math.ceil(size / schedule.collective.chunks))
 
 
-def et_params(schedule: Schedule) -> tuple[int, dict[int, int], dict[int, list[int]]]:
-    """(default COMP µs, per-transfer COMP µs, recv_after) from ``schedule.params["et"]``, validated."""
+def et_params(schedule: Schedule | TreeSchedule, count: int | None = None) -> tuple[int, dict[int, int], dict[int, list[int]]]:
+    """(default COMP µs, per-transfer COMP µs, recv_after) from ``schedule.params["et"]``, validated;
+    transfer ids must be below ``count`` (default: the schedule's transfers)."""
     raw = schedule.params.get("et") if isinstance(schedule.params, Mapping) else None
     if raw is None:
         return 0, {}, {}
     if not isinstance(raw, Mapping):
         raise InputError("", "params.et", "expected an object")
-    count = len(schedule.transfers)
+    if count is None:
+        count = len(schedule.transfers)  # type: ignore[union-attr]
 
     def transfer_id(key: Any, where: str) -> int:
         try:
@@ -251,7 +257,8 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     for rank_nodes in builder.nodes:
         if not rank_nodes:
             rank_nodes.append(EtNode(0, "idle", NodeType.COMP_NODE, duration_us=0))
-    metadata = _et_metadata(schedule, size, message, tag_base, slices, window, extras, builder.nodeless)
+    local_copies = [t for t in transfers if t.id in builder.nodeless]
+    metadata = _et_metadata(schedule, len(transfers), size, message, tag_base, slices, window, extras, local_copies)
     return EtProgram(n, builder.nodes, metadata, dropped, {t.id: t.path for t in transfers})
 
 
@@ -276,9 +283,9 @@ class _RankTraces:
     local reduction's one COMP node is all three, and a node-less local copy has None.
     """
 
-    def __init__(self, transfers: tuple[Transfer, ...], num_ranks: int, sizes: list[int], tag_base: int,
-                 extras: bool, default_us: int, comp_by_transfer: dict[int, int]) -> None:
-        self.transfers = transfers
+    def __init__(self, transfers: tuple[Transfer, ...] | dict[int, Transfer], num_ranks: int, sizes: list[int],
+                 tag_base: int, extras: bool, default_us: int, comp_by_transfer: dict[int, int]) -> None:
+        self.transfers = transfers  # indexed by transfer id: all of them, or (streaming) those of some ranks
         self.sizes = sizes
         self.slices = len(sizes)
         self.sliced = self.slices > 1
@@ -287,18 +294,16 @@ class _RankTraces:
         self.default_us = default_us
         self.comp_by_transfer = comp_by_transfer
         self.nodes: list[list[EtNode]] = [[] for _ in range(num_ranks)]
-        self.send_node: list[list[EtNode] | None] = []
-        self.recv_node: list[list[EtNode] | None] = []
-        self.done_node: list[list[EtNode] | None] = []
-        self.nodeless = {t.id for t in transfers
+        self.send_node: dict[int, list[EtNode] | None] = {}
+        self.recv_node: dict[int, list[EtNode] | None] = {}
+        self.done_node: dict[int, list[EtNode] | None] = {}
+        self.nodeless = {t.id for t in (transfers.values() if isinstance(transfers, dict) else transfers)
                          if t.src == t.dst and t.op != REDUCE and t.id not in comp_by_transfer}
 
     def add_transfer(self, t: Transfer) -> None:
         """Append transfer ``t``'s nodes (every slice) to its ranks; transfers come in id order."""
         if t.id in self.nodeless:  # a local copy: no node (see the module docstring)
-            self.send_node.append(None)
-            self.recv_node.append(None)
-            self.done_node.append(None)
+            self.send_node[t.id] = self.recv_node[t.id] = self.done_node[t.id] = None
             return
         sends, recvs, dones = [], [], []
         for j, nbytes in enumerate(self.sizes):
@@ -312,9 +317,9 @@ class _RankTraces:
             sends.append(send)
             recvs.append(recv)
             dones.append(done)
-        self.send_node.append(sends)
-        self.recv_node.append(recvs)
-        self.done_node.append(dones)
+        self.send_node[t.id] = sends
+        self.recv_node[t.id] = recvs
+        self.done_node[t.id] = dones
 
     def _suffix(self, j: int) -> str:
         return f"_s{j}" if self.sliced else ""
@@ -364,7 +369,7 @@ class _RankTraces:
         """Set every node's deps from the schedule's (see the module docstring); returns how many
         dependencies could not be expressed and were dropped."""
         dropped = 0
-        effective = _bypass(self.transfers, self.nodeless)
+        effective = _bypass(self.transfers, self.nodeless)  # type: ignore[arg-type]  # the whole tuple here
         near = _Near(effective)
         for t in effective:
             if t.id in self.nodeless:
@@ -401,15 +406,104 @@ class _RankTraces:
                 self.recv_node[t.id][j].deps = tuple(sorted(waits))  # type: ignore[index]
 
 
-def _et_metadata(schedule: Schedule, size: int, message: int, tag_base: int, slices: int, window: int | None,
-                 extras: bool, nodeless: set[int]) -> dict[str, Any]:
-    """The metadata :func:`schedule_to_et` writes into every file (see :class:`EtProgram`)."""
+    def link_ranks(self, ranks: range, src: array, dst: array, recv_after: dict[int, list[int]],
+                   window: int | None) -> None:
+        """:meth:`link_dependencies` for a build that holds only the transfers touching ``ranks``
+        (streaming): the nodes on those ranks get exactly their full build's deps. ``src`` and ``dst`` give
+        the ends of every transfer so far, so a dependency outside the build is still classified; one that
+        touches neither end of its transfer would need the whole graph, so it is refused."""
+        for t in self.transfers.values():  # type: ignore[union-attr]
+            send_deps: set[int] = set()
+            recv_deps: set[int] = set()
+            for dep in t.deps:
+                if src[dep] == t.src or dst[dep] == t.src:
+                    send_deps.add(dep)
+                elif src[dep] == t.dst or dst[dep] == t.dst:
+                    recv_deps.add(dep)
+                else:
+                    raise SynthError(f"transfer {t.id} depends on transfer {dep}, which touches neither of its "
+                                     "ranks: its traces cannot be written rank by rank")
+            recv_deps |= {dep for dep in recv_after.get(t.id, ()) if t.dst in (src[dep], dst[dep])}
+            if t.src == t.dst:
+                send_deps |= recv_deps
+            self._set_slice_deps(t, send_deps if t.src in ranks else set(), recv_deps if t.dst in ranks else set(),
+                                 window)
+
+
+#: Transfers whose nodes one pass of :func:`stream_rank_traces` builds (about 3 KB each while it holds them).
+STREAM_TRANSFERS_PER_PASS = 1_000_000
+
+
+def stream_rank_traces(form: TreeSchedule, size: int, comp_duration_us: int | None = None, tag_base: int = 0,
+                       extras: bool = True, slices: int = 1, window: int | None = None,
+                       per_pass: int = STREAM_TRANSFERS_PER_PASS) -> tuple[dict[str, Any], Iterator[tuple[int, list[EtNode]]]]:
+    """The traces of :func:`schedule_to_et` for a schedule in the trees form, rank by rank, without holding
+    every transfer: the metadata, and an iterator of ``(rank, nodes)`` in rank order.
+
+    Each pass expands the trees once (:meth:`~synth.trees.TreeSchedule.iter_transfers`), keeps the
+    transfers that touch a block of ranks (about ``per_pass`` of them) and builds those ranks' nodes, so
+    memory is bounded by ``per_pass`` while time grows with the number of passes. Every rank's nodes are
+    those :func:`schedule_to_et` builds from :meth:`~synth.trees.TreeSchedule.expand`, node for node.
+    (What ``export chakra`` adds after that, the ``astra`` model's ordering nodes, needs every transfer
+    at once and is not built here.)
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms.forest import forest_trees
+    >>> form = forest_trees(load_topology("dgx1"), Kind.ALLREDUCE)
+    >>> metadata, ranks = stream_rank_traces(form, 2**20, per_pass=100)
+    >>> program = schedule_to_et(form.expand(), 2**20)
+    >>> all(nodes == program.nodes[rank] for rank, nodes in ranks) and metadata == program.metadata
+    True
+    """
+    count = form.num_transfers()
+    _check_slicing(count, tag_base, slices, window)
+    default_us, comp_by_transfer, recv_after = et_params(form, count)
+    if comp_duration_us is not None:
+        if comp_duration_us < 0:
+            raise InputError("", "comp_duration_us", f"expected a duration >= 0, got {comp_duration_us}")
+        default_us, comp_by_transfer = comp_duration_us, {}
+    if per_pass < 1:
+        raise InputError("", "per_pass", f"expected at least 1 transfer per pass, got {per_pass}")
+    message = chunk_bytes(form, size)
+    sizes = slice_sizes(message, slices)
+    n = form.collective.num_ranks
+    metadata = _et_metadata(form, count, size, message, tag_base, slices, window, extras, [])
+    block = max(1, per_pass * n // max(1, 2 * count))  # a transfer touches two of the n ranks
+
+    def ranks() -> Iterator[tuple[int, list[EtNode]]]:
+        for first in range(0, n, block):
+            block_ranks = range(first, min(n, first + block))
+            src, dst = array("i"), array("i")
+            held: dict[int, Transfer] = {}
+            for t in form.iter_transfers():
+                src.append(t.src)
+                dst.append(t.dst)
+                if t.src in block_ranks or t.dst in block_ranks:
+                    held[t.id] = t
+            builder = _RankTraces(held, n, sizes, tag_base, extras, default_us, comp_by_transfer)
+            if builder.nodeless:
+                raise SynthError(f"transfer {min(builder.nodeless)} is a local copy, which the trees form never "
+                                 "makes: its traces cannot be written rank by rank")
+            for t in held.values():
+                builder.add_transfer(t)
+            builder.link_ranks(block_ranks, src, dst, recv_after, window)
+            for rank in block_ranks:
+                yield rank, builder.nodes[rank] or [EtNode(0, "idle", NodeType.COMP_NODE, duration_us=0)]
+
+    return metadata, ranks()
+
+
+def _et_metadata(schedule: Schedule | TreeSchedule, count: int, size: int, message: int, tag_base: int, slices: int,
+                 window: int | None, extras: bool, local_copies: list[Transfer]) -> dict[str, Any]:
+    """The metadata :func:`schedule_to_et` writes into every file (see :class:`EtProgram`) for a schedule of
+    ``count`` transfers, ``local_copies`` of which get no node."""
     coll = schedule.collective
-    transfers = schedule.transfers
     metadata: dict[str, Any] = {
         "producer": "synth", "format": FORMAT, "collective": coll.kind.value, "chunks": coll.chunks,
         "num_ranks": coll.num_ranks, "size": size, "message_bytes": message, "algorithm": schedule.algorithm,
-        "topology": schedule.topology, "transfers": len(transfers), "tag_base": tag_base,
+        "topology": schedule.topology, "transfers": count, "tag_base": tag_base,
     }
     if slices > 1:
         metadata["slices"] = slices
@@ -420,10 +514,10 @@ def _et_metadata(schedule: Schedule, size: int, message: int, tag_base: int, sli
     if extras:
         metadata["ranks"] = list(schedule.ranks)
         metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)
-        if nodeless:
+        if local_copies:
             metadata["local_copies"] = json.dumps([
                 {"transfer": t.id, "rank": t.src, "chunk": t.chunk, "deps": list(t.deps), **t.scratch_slots()}
-                for t in transfers if t.id in nodeless])
+                for t in local_copies])
     return metadata
 
 
@@ -539,8 +633,13 @@ def node_message(node: EtNode, rank: int) -> Any:
 
 def encode_rank(program: EtProgram, rank: int) -> bytes:
     """The bytes of ``<prefix>.<rank>.et``: metadata record first, then every node."""
-    records = [metadata_message({**program.metadata, "rank": rank}).SerializeToString()]
-    records.extend(node_message(node, rank).SerializeToString() for node in program.nodes[rank])
+    return encode_nodes(program.metadata, program.nodes[rank], rank)
+
+
+def encode_nodes(metadata: Mapping[str, Any], nodes: list[EtNode], rank: int) -> bytes:
+    """The bytes of ``<prefix>.<rank>.et`` for ``rank``'s ``nodes`` under a program's ``metadata``."""
+    records = [metadata_message({**metadata, "rank": rank}).SerializeToString()]
+    records.extend(node_message(node, rank).SerializeToString() for node in nodes)
     return et_def.encode_records(records)
 
 

@@ -21,6 +21,7 @@ from synth.flow import simulate
 from synth.library import load_topology
 from synth.schedule import Schedule
 from synth.topology import Topology
+from synth.trace import encode_rank, schedule_to_et, stream_rank_traces
 from synth.trees import Tree, TreePhase, TreeSchedule, read_schedule
 from synth.verify import verify
 from synth.verify_trees import verify_trees
@@ -42,7 +43,21 @@ def check_form(form: TreeSchedule, topo: Topology) -> Schedule:
     assert tree_congestion(form, topo) == congestion(expanded, topo)
     size = 64 * form.chunks * 1024
     assert simulate(form, topo, size) == simulate(expanded, topo, size)  # the flow model streams the trees form
+    check_streamed_traces(form, expanded, size)
     return expanded
+
+
+def check_streamed_traces(form: TreeSchedule, expanded: Schedule, size: int, slices: int = 1,
+                          window: int | None = None) -> None:
+    """The Chakra traces streamed from the trees, a few ranks per pass, are the expansion's node for node."""
+    program = schedule_to_et(expanded, size, comp_duration_us=3, slices=slices, window=window)
+    metadata, ranks = stream_rank_traces(form, size, comp_duration_us=3, slices=slices, window=window,
+                                         per_pass=max(1, form.num_transfers() // 3))
+    assert metadata == program.metadata
+    streamed = list(ranks)
+    assert [rank for rank, _ in streamed] == list(range(len(form.ranks)))
+    for rank, nodes in streamed:
+        assert nodes == program.nodes[rank]
 
 
 @pytest.mark.parametrize("spec", ["switch:n=4", "dgx1", "dgx-a100:boxes=2", "ndv2:boxes=2", "torus:dims=3x3"])
@@ -225,6 +240,56 @@ def test_cli_reads_trees_past_the_transfer_limit_where_it_can(tmp_path, capsys, 
     outcome = run_cli(["explain", "t.json"], capsys, monkeypatch)
     assert_refused(outcome, "t.json", "expands to 336 transfers, over the limit of 100")
     assert "synth verify" in outcome.err
+
+
+@pytest.mark.parametrize(("kind", "slices", "window"), [(Kind.ALLREDUCE, 3, 1), (Kind.REDUCESCATTER, 2, None),
+                                                      (Kind.BROADCAST, 4, 2)])
+def test_streamed_traces_keep_slices_and_windows(kind, slices, window):
+    topo = load_topology("dgx-a100:boxes=2")
+    form = forest_trees(topo, kind)
+    check_streamed_traces(form, form.expand(), 2**24, slices, window)
+
+
+def test_streaming_refuses_what_it_cannot_write_rank_by_rank():
+    form = forest_trees(load_topology("switch:n=4"), Kind.ALLGATHER)
+    metadata, ranks = stream_rank_traces(form, 2**20, per_pass=1)
+    assert len(list(ranks)) == 4  # one rank per pass
+    with pytest.raises(InputError, match="per_pass"):
+        stream_rank_traces(form, 2**20, per_pass=0)
+    with pytest.raises(LimitError, match="tag limit"):
+        stream_rank_traces(form, 2**20, tag_base=499_999_999)
+
+
+def test_cli_streams_chakra_traces_past_the_transfer_limit(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["generate", "switch:n=8", "-c", "allreduce", "-a", "forest", "--compact", "-o", "t.json"], capsys,
+                   monkeypatch).code == 0
+    form = read_schedule("t.json")
+    assert isinstance(form, TreeSchedule)
+    within = json.loads(run_cli(["export", "chakra", "t.json", "-o", "whole", "-s", "1MiB", "--json"], capsys,
+                                monkeypatch).out)
+    assert within["sets"][0]["predicted_ns"] is not None  # within the limit: expanded, with the astra model
+    expanded = form.expand()
+    monkeypatch.setenv("SYNTH_MAX_TRANSFERS", str(form.num_transfers() - 1))
+    outcome = run_cli(["export", "chakra", "t.json", "-o", "streamed", "-s", "1MiB", "-s", "4MiB"], capsys, monkeypatch)
+    assert outcome.code == 0, outcome.err
+    assert "no prediction to check it against" in outcome.out
+    note = (tmp_path / "streamed" / "NOTE.txt").read_text()
+    assert f"trees form ({form.num_transfers():,} transfers)" in note and "without the astra model's prediction" in note
+    for size, folder in ((2**20, "1MiB"), (2**22, "4MiB")):
+        program = schedule_to_et(expanded, size)
+        for rank in range(len(form.ranks)):
+            written = (tmp_path / "streamed" / folder / f"forest_allreduce.{rank}.et").read_bytes()
+            assert written == encode_rank(program, rank)
+        assert f'run . {folder} "" ' in (tmp_path / "streamed" / folder / "run_astrasim.sh").read_text()  # no times
+    refused = run_cli(["export", "msccl", "t.json", "-o", "t.xml"], capsys, monkeypatch)
+    assert_refused(refused, "t.json", f"expands to {form.num_transfers():,} transfers, over the limit")
+    assert not (tmp_path / "t.xml").exists()
+    monkeypatch.delenv("SYNTH_MAX_TRANSFERS")
+    back = run_cli(["import", "chakra", "streamed/1MiB/forest_allreduce", "-t", "switch:n=8", "-o", "back.json"],
+                   capsys, monkeypatch)
+    assert back.code == 0, back.err
+    assert read_schedule("back.json").transfers == expanded.transfers  # type: ignore[union-attr]
 
 
 def test_limits_apply_to_what_is_built(monkeypatch):

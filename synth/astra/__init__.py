@@ -62,7 +62,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from synth.astra.network import Network, astra_network, network_for, physical_network, smallest_message
 from synth.astra.order import DELAY_PREFIX, ORDER_ATTR, ORDER_PREFIX, sequence_sends
@@ -81,10 +81,13 @@ from synth.plan import Plan
 from synth.schedule import Schedule
 from synth.topology import Topology
 
+if TYPE_CHECKING:
+    from synth.trees import TreeSchedule
+
 __all__ = [
     "DELAY_PREFIX", "ORDER_ATTR", "ORDER_PREFIX", "AstraDim", "AstraSystem", "Lowered", "Network", "SimulationResult",
-    "astra_finish_ns", "astra_network", "astra_system", "astra_time_ns", "gbps_to_astra", "is_network_yaml",
-    "load_network_yaml", "lower", "network_for", "physical_network", "schedule_fingerprint", "sequence_sends",
+    "astra_finish_ns", "astra_network", "astra_system", "astra_time_ns", "check_message_size", "gbps_to_astra",
+    "is_network_yaml", "load_network_yaml", "lower", "network_for", "physical_network", "schedule_fingerprint", "sequence_sends",
     "simulate", "simulate_astra", "smallest_message", "us_to_ns",
 ]
 
@@ -117,29 +120,43 @@ def lower(schedule: Schedule, topology: Topology, size: int, comp_duration_us: i
     >>> lowered.result.finish_ns, lowered.program.order_nodes  # ASTRA-sim 2.x reports the same finish times
     ([20528, 25410, 30292, 30292], 8)
     """
-    from synth.trace import chunk_bytes, schedule_to_et, slice_sizes
+    from synth.trace import schedule_to_et
 
     if len(schedule.ranks) != topology.num_ranks:
         raise InputError("", "topology", f"the schedule has {len(schedule.ranks)} ranks, the topology "
                          f"{topology.num_ranks} gpus")
     program = schedule_to_et(schedule, size, comp_duration_us, tag_base, extras, slices, window)
     system, _ = astra_system(topology)
-    if system is not None and system.npus == topology.num_ranks:
-        smallest = smallest_message(system)
-        message = min(slice_sizes(chunk_bytes(schedule, size), slices))
-        if message < smallest:
-            chunks = schedule.collective.chunks
-            fits = chunks * (slices * smallest - 1) + 1
-            speed = min(d.bytes_per_ns for d in system.dims)
-            raise LimitError(f"messages of {message} bytes ({size} bytes in {chunks} chunks"
-                             + (f" of {slices} slices" if slices > 1 else "")
-                             + f") take under 1 ns on this network's links ({speed:.4g} bytes per ns): ASTRA-sim "
-                             "aborts on them (an assertion in its event queue, exit 134). The smallest message it "
-                             f"runs here is {smallest} bytes: use a size of at least {fits} bytes"
-                             + (" or fewer slices" if slices > 1 else "") + ".")
+    _check_message(system, topology, schedule, size, slices)
     network = network_for(topology, program.paths)
     result = sequence_sends(program, network)
     return Lowered(program, result, network, system)
+
+
+def check_message_size(schedule: Schedule | TreeSchedule, topology: Topology, size: int, slices: int = 1) -> None:
+    """Refuse (LimitError) a size whose messages take under 1 ns on a network ASTRA-sim describes
+    (:func:`smallest_message`): ASTRA-sim aborts on them. Nothing to check where it describes none."""
+    _check_message(astra_system(topology)[0], topology, schedule, size, slices)
+
+
+def _check_message(system: AstraSystem | None, topology: Topology, schedule: Schedule | TreeSchedule, size: int,
+                   slices: int) -> None:
+    from synth.trace import chunk_bytes, slice_sizes
+
+    if system is None or system.npus != topology.num_ranks:
+        return
+    smallest = smallest_message(system)
+    message = min(slice_sizes(chunk_bytes(schedule, size), slices))
+    if message < smallest:
+        chunks = schedule.collective.chunks
+        fits = chunks * (slices * smallest - 1) + 1
+        speed = min(d.bytes_per_ns for d in system.dims)
+        raise LimitError(f"messages of {message} bytes ({size} bytes in {chunks} chunks"
+                         + (f" of {slices} slices" if slices > 1 else "")
+                         + f") take under 1 ns on this network's links ({speed:.4g} bytes per ns): ASTRA-sim "
+                         "aborts on them (an assertion in its event queue, exit 134). The smallest message it "
+                         f"runs here is {smallest} bytes: use a size of at least {fits} bytes"
+                         + (" or fewer slices" if slices > 1 else "") + ".")
 
 
 def astra_finish_ns(schedule: Schedule, topology: Topology, size: int, comp_duration_us: int | None = None,

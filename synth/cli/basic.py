@@ -30,6 +30,7 @@ from synth.cli.common import (
     table,
     topology_argument,
     verify_file,
+    verify_trees_file,
     write_schedule,
 )
 from synth.collectives import Kind, parse_kind
@@ -223,13 +224,7 @@ def verify_command(
 
 def _verify_trees_file(form: TreeSchedule, topo: Topology, path: str, as_json: bool | None) -> None:
     """Verify a trees-form file on its trees; print the result unless ``as_json`` is None."""
-    from synth.errors import VerificationError
-    from synth.verify_trees import verify_trees
-
-    try:
-        report = verify_trees(form, topo)
-    except VerificationError as error:
-        raise VerificationError(f"{path}: {error}") from None
+    report = verify_trees_file(form, topo, path)
     if as_json is None:
         return
     if as_json:

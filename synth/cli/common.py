@@ -147,6 +147,18 @@ def load_schedule(path: str) -> Schedule:
     return stored
 
 
+def load_streamable_schedule(path: str) -> Schedule | TreeSchedule:
+    """:func:`load_schedule` for a command that can stream the trees form: a trees-form file over the
+    ``max_transfers`` limit comes back as it is, any other expanded into its transfers."""
+    from synth import limits
+    from synth.trees import TreeSchedule
+
+    stored = load_stored_schedule(path)
+    if isinstance(stored, TreeSchedule) and stored.num_transfers() > int(limits.limit_value("max_transfers")):
+        return stored
+    return stored.expand() if isinstance(stored, TreeSchedule) else stored
+
+
 def load_stored_schedule(path: str) -> Schedule | TreeSchedule:
     """Load a schedule file as it is stored: transfers, or the trees form."""
     from synth.trees import read_schedule
@@ -251,6 +263,17 @@ def write_schedule(schedule: Schedule | TreeSchedule, topology: Topology, spec: 
                  hint="it would be refused when read back; use fewer chunks or a smaller topology")
     atomic_write_text(output, text, inputs=[i for i in (inputs or []) if i])
     return schedule
+
+
+def verify_trees_file(form: TreeSchedule, topology: Topology, path: str) -> Any:
+    """Verify a trees-form schedule read from ``path`` on its trees; a failure names the file."""
+    from synth.errors import VerificationError
+    from synth.verify_trees import verify_trees
+
+    try:
+        return verify_trees(form, topology)
+    except VerificationError as error:
+        raise VerificationError(f"{path}: {error}") from None
 
 
 def verify_file(schedule: Schedule, topology: Topology, path: str) -> Any:

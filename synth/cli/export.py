@@ -17,6 +17,7 @@ from synth.cli.common import (
     err_console,
     fmt_time,
     load_schedule,
+    load_streamable_schedule,
     output_file,
     print_json,
     schedule_topology,
@@ -24,10 +25,12 @@ from synth.cli.common import (
     sizes_argument,
     table,
     verify_file,
+    verify_trees_file,
     write_schedule,
 )
 from synth.errors import InputError
 from synth.plan import DEFAULT_WINDOW, pinned
+from synth.schedule import Schedule
 from synth.units import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -87,9 +90,12 @@ def export_chakra_command(
 
     check_output_folder(output, inputs=[schedule_file, topology] if topology else [schedule_file],
                         signature=SIGNATURE, kind="`synth export chakra` output")
-    schedule = load_schedule(schedule_file)
+    schedule = load_streamable_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
-    verify_file(schedule, topo, schedule_file)
+    if isinstance(schedule, Schedule):
+        verify_file(schedule, topo, schedule_file)
+    else:
+        verify_trees_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB"])
     report = export_chakra(schedule, topo, sizes, output, comp_duration_us, name, tag_base, slices, window)
     if as_json:
@@ -108,11 +114,10 @@ def export_chakra_command(
                         ["size", "traces", "sends", "COMP nodes", "ordering nodes", "astra model predicts"], rows,
                         {2, 3, 4, 5}))
     script = Path(output) / ("run_astrasim.sh" if len(report.sets) == 1 else f"{report.sets[0].folder}/run_astrasim.sh")
-    console.print(f"run it: ASTRA_SIM=/path/to/{shown(report.command.split()[0])} bash {shown(script)}   (checks every "
-                  f"rank against the prediction; {shown(Path(output) / 'run_astrasim.sh')} runs every size)"
-                  if len(report.sets) > 1 else
-                  f"run it: ASTRA_SIM=/path/to/{shown(report.command.split()[0])} bash {shown(script)}   (checks every "
-                  "rank against the prediction)")
+    checks = "checks every rank against the prediction" if any(s.predicted_ns is not None for s in report.sets) \
+        else "no prediction to check it against: see NOTE.txt"
+    every = f"; {shown(Path(output) / 'run_astrasim.sh')} runs every size" if len(report.sets) > 1 else ""
+    console.print(f"run it: ASTRA_SIM=/path/to/{shown(report.command.split()[0])} bash {shown(script)}   ({checks}{every})")
 
 
 @export_app.command("msccl")

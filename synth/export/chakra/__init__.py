@@ -18,6 +18,11 @@ size (``1MiB/``, ``1GiB/``), each with its own ``run_astrasim.sh``, and a top ``
 runs them all. Sizes whose messages ASTRA-sim cannot run (under 1 ns on a link,
 :func:`synth.astra.smallest_message`) are refused before anything is written.
 
+A schedule in the trees form (:mod:`synth.trees`) is streamed: its traces are built a block of ranks at a
+time from the trees (:func:`synth.trace.stream_rank_traces`), the same bytes as its expansion's, without the
+``astra`` model's prediction and ordering nodes (they need every transfer at once; NOTE.txt says so).
+``synth export chakra`` streams a trees-form file only past the ``max_transfers`` limit.
+
 Import reads a per-rank trace set back into a schedule. Traces synth wrote carry the transfer id,
 chunk, op, deps and path of every message as extra attributes, so they come back exactly. Traces from
 elsewhere (for example Chakra's MSCCL converter) are matched send-to-recv by (tag, src, dst, size)

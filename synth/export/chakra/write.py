@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synth.astra import AstraSystem, astra_system
+from synth.astra import AstraSystem, astra_system, check_message_size
 from synth.collectives import Kind
 from synth.errors import InputError, SynthError
 from synth.fileio import atomic_directory
 from synth.proto.et_def import CollectiveCommType
 from synth.schedule import Schedule
 from synth.topology import Topology
-from synth.trace import encode_rank, workload_bytes
+from synth.trace import encode_nodes, encode_rank, stream_rank_traces, workload_bytes
+from synth.trees import TreeSchedule
 from synth.units import format_size
 
 CUSTOM_SLOT = {
@@ -72,7 +73,7 @@ class ChakraExport:
                          for s in self.sets]}
 
 
-def default_name(schedule: Schedule) -> str:
+def default_name(schedule: Schedule | TreeSchedule) -> str:
     """The trace prefix used when none is given: ``<algorithm>_<collective>`` in safe characters."""
     raw = f"{schedule.algorithm}_{schedule.kind.value}"
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in raw) or "schedule"
@@ -85,7 +86,7 @@ def system_json(kind: Kind, prefix: str) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], out_dir: str | Path,
+def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: Iterable[int], out_dir: str | Path,
                   comp_duration_us: int | None = None, name: str | None = None, tag_base: int = 0,
                   slices: int = 1, window: int | None = None) -> ChakraExport:
     """Write the ASTRA-sim run folder for ``schedule`` at every size (see the module docstring).
@@ -93,6 +94,14 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
     ``slices`` and ``window`` lower an execution plan's slicing (:func:`synth.trace.schedule_to_et`);
     the defaults write one message per transfer. Sizes whose messages ASTRA-sim cannot run are refused
     (LimitError, nothing written).
+
+    A schedule in the trees form is streamed: its traces are built rank by rank from the trees
+    (:func:`synth.trace.stream_rank_traces`), node for node what its expansion gives, in memory bounded
+    whatever its size. What needs every transfer at once is left out, and NOTE.txt says so: the ``astra``
+    model's prediction (so ``run_astrasim.sh`` runs ASTRA-sim without checking its times) and its ordering
+    nodes (so where sends that share a link are ready together, ASTRA-sim's issue order decides between
+    them). ``synth export chakra`` streams only schedules over the ``max_transfers`` limit and expands the
+    rest.
 
     Examples
     --------
@@ -120,39 +129,39 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
     if window is not None and window >= slices:
         window = None  # every slice of a transfer is in flight at once anyway
     kind = schedule.kind
-    system, reason = astra_system(topology)
-    warnings: list[str] = []
-    notes: list[str] = []
-    if system is None:
-        warnings.append(f"ASTRA-sim cannot describe this topology: {reason}. The traces are written; run them "
-                        "on a network configuration of your own.")
-    elif system.npus != topology.num_ranks:
-        system = None
-        warnings.append("the topology's dimensions do not match its gpu count; no network.yml is written")
-    elif not system.congestion_aware:
-        notes.append("This system has several dimensions: ASTRA-sim's congestion-aware backend takes one, so "
-                     f"run_astrasim.sh uses {BINARY_UNAWARE} (no link contention; each message is charged in the "
-                     "first dimension where its ends differ).")
-    if kind not in CUSTOM_SLOT:
-        notes.append(f"ASTRA-sim has no custom-implementation slot for {kind}: the traces run through the "
-                     "all-reduce slot (the workload calls ALL_REDUCE), which only sets their timing.")
+    system, warnings, notes = _system_and_notes(topology, kind)
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
-    lowered = [lower(schedule, topology, size, comp_duration_us, tag_base, True, slices, window) for size in sizes]
+    if isinstance(schedule, TreeSchedule):
+        for size in sizes:
+            check_message_size(schedule, topology, size, slices)
+        notes.append(f"The schedule is in the trees form ({schedule.num_transfers():,} transfers): its traces were "
+                     "written rank by rank from the trees, without the astra model's prediction and ordering nodes, "
+                     "which need every transfer at once. run_astrasim.sh runs ASTRA-sim without checking its times, "
+                     "and where sends that share a link are ready together, ASTRA-sim's issue order decides.")
+        lowered = []
+    else:
+        lowered = [lower(schedule, topology, size, comp_duration_us, tag_base, True, slices, window) for size in sizes]
     sets: list[EtSet] = []
     several = len(sizes) > 1
     out = Path(out_dir)
     with atomic_directory(out, signature=SIGNATURE, kind="`synth export chakra` output") as temp:
-        for size, low in zip(sizes, lowered, strict=True):
+        for index, size in enumerate(sizes):
             sub = format_size(size) if several else ""
             folder = temp / sub if sub else temp
             folder.mkdir(exist_ok=True)
-            program = low.program
-            for rank in range(program.num_ranks):
-                (folder / f"{name}.{rank}.et").write_bytes(encode_rank(program, rank))
+            for rank in range(topology.num_ranks):
                 (folder / f"{WORKLOAD_PREFIX}.{rank}.et").write_bytes(
                     workload_bytes(kind, size, rank, dims, comm_type))
             (folder / "system.json").write_text(system_json(kind, name), encoding="utf-8")
+            if isinstance(schedule, TreeSchedule):
+                counts = _write_streamed(schedule, size, folder, name, comp_duration_us, tag_base, slices, window)
+                sets.append(EtSet(size, sub or ".", name, counts, None, 0))
+                continue
+            low = lowered[index]
+            program = low.program
+            for rank in range(program.num_ranks):
+                (folder / f"{name}.{rank}.et").write_bytes(encode_rank(program, rank))
             finish = [int(t) for t in low.result.finish_ns if t is not None] if system is not None else None
             if finish is not None and len(finish) != program.num_ranks:
                 raise SynthError("the traces deadlock: " + "; ".join(low.result.unmatched[:5]))
@@ -175,6 +184,40 @@ def export_chakra(schedule: Schedule, topology: Topology, sizes: Iterable[int], 
         text = note_text(schedule, topology, system, warnings + notes, sets, slices, window)
         (temp / "NOTE.txt").write_text(text, encoding="utf-8")
     return ChakraExport(out, name, sets, system.yaml() if system else None, warnings + notes, command, slices, window)
+
+
+def _system_and_notes(topology: Topology, kind: Kind) -> tuple[AstraSystem | None, list[str], list[str]]:
+    """The ASTRA-sim system of ``topology`` (None where it cannot be described), and the warnings and notes
+    the export states about it."""
+    system, reason = astra_system(topology)
+    warnings: list[str] = []
+    notes: list[str] = []
+    if system is None:
+        warnings.append(f"ASTRA-sim cannot describe this topology: {reason}. The traces are written; run them "
+                        "on a network configuration of your own.")
+    elif system.npus != topology.num_ranks:
+        system = None
+        warnings.append("the topology's dimensions do not match its gpu count; no network.yml is written")
+    elif not system.congestion_aware:
+        notes.append("This system has several dimensions: ASTRA-sim's congestion-aware backend takes one, so "
+                     f"run_astrasim.sh uses {BINARY_UNAWARE} (no link contention; each message is charged in the "
+                     "first dimension where its ends differ).")
+    if kind not in CUSTOM_SLOT:
+        notes.append(f"ASTRA-sim has no custom-implementation slot for {kind}: the traces run through the "
+                     "all-reduce slot (the workload calls ALL_REDUCE), which only sets their timing.")
+    return system, warnings, notes
+
+
+def _write_streamed(form: TreeSchedule, size: int, folder: Path, name: str, comp_duration_us: int | None,
+                    tag_base: int, slices: int, window: int | None) -> dict[str, int]:
+    """Write ``form``'s traces at ``size`` into ``folder`` rank by rank; return the node counts by type."""
+    metadata, ranks = stream_rank_traces(form, size, comp_duration_us, tag_base, True, slices, window)
+    counts: dict[str, int] = {}
+    for rank, nodes in ranks:
+        (folder / f"{name}.{rank}.et").write_bytes(encode_nodes(metadata, nodes, rank))
+        for node in nodes:
+            counts[node.type.name] = counts.get(node.type.name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 RUN_FUNCTION = r"""run() {  # folder, size, predicted finish per rank, where the shared configs are
@@ -226,11 +269,12 @@ def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up:
     return "\n".join(lines) + "\n", first
 
 
-def note_text(schedule: Schedule, topology: Topology, system: AstraSystem | None, messages: list[str],
+def note_text(schedule: Schedule | TreeSchedule, topology: Topology, system: AstraSystem | None, messages: list[str],
               sets: list[EtSet], slices: int = 1, window: int | None = None) -> str:
     """NOTE.txt: what was exported and anything the user must know before running it."""
+    count = schedule.num_transfers() if isinstance(schedule, TreeSchedule) else len(schedule.transfers)
     lines = [f"{schedule.algorithm} {schedule.kind} on {topology.name} ({topology.num_ranks} ranks, "
-             f"{schedule.chunks} chunks, {len(schedule.transfers)} transfers), exported by synth."]
+             f"{schedule.chunks} chunks, {count} transfers), exported by synth."]
     if slices > 1:
         lines.append(f"Each transfer is {slices} messages (slices)"
                      + (f", at most {window} in flight" if window is not None else "") + ".")
