@@ -354,6 +354,57 @@ def test_random_topologies_verify_and_meet_the_bound(topo):
             assert float(1 / (spent * GIGA)) == pytest.approx(algbw_bound(topo, kind), rel=1e-12)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_topologies())
+def test_spread_splitting_keeps_every_collective_optimal(topo):
+    plan._CACHE.clear()
+    for kind in TREE_KINDS:
+        try:
+            spent = check_schedule(topo, kind, spread=True)
+            default = forest(topo, kind)
+        except LimitError:
+            assume(False)
+        assert spent <= Fraction(default.params["time_per_byte"])
+        assert Fraction(forest(topo, kind, spread=True).params["time_per_byte"]) == \
+            Fraction(default.params["time_per_byte"])
+
+
+def tree_depth(topo: Topology, kind: Kind, spread: bool) -> int:
+    """The deepest tree of forest's trees form (as ``synth verify`` reports it)."""
+    from synth.algorithms.forest import forest_trees
+    from synth.verify_trees import verify_trees
+
+    return verify_trees(forest_trees(topo, kind, spread=spread), topo).max_tree_depth
+
+
+@pytest.mark.parametrize(("spec", "kind", "default_depth", "spread_depth"), [
+    ("switch:n=8", Kind.ALLGATHER, 6, 0),  # one switch: a ring of pairs (chains) against every pair (stars)
+    ("switch:n=80", Kind.ALLGATHER, 78, 0),  # the same split an orbit at a time (box symmetry)
+    ("bigraph", Kind.REDUCESCATTER, 30, 15),  # 32 hosts, two switch layers
+])
+def test_spread_splitting_grows_shallower_trees(spec, kind, default_depth, spread_depth):
+    topo = load_topology(spec)
+    assert tree_depth(topo, kind, False) == default_depth
+    assert tree_depth(topo, kind, True) == spread_depth
+    schedule = forest(topo, kind, spread=True)
+    assert schedule.params["spread"] is True and "spread" not in forest(topo, kind).params
+    verify(schedule, topo)
+
+
+def test_spread_is_a_cli_option(tmp_path, capsys, monkeypatch):
+    from tests.helpers import assert_refused, run_cli
+
+    monkeypatch.chdir(tmp_path)
+    done = run_cli(["generate", "switch:n=6", "-c", "allgather", "-a", "forest", "-O", "spread=true", "-o", "s.json"],
+                   capsys, monkeypatch)
+    assert done.code == 0, done.err
+    assert json.loads((tmp_path / "s.json").read_text())["params"]["spread"] is True
+    bad = run_cli(["generate", "switch:n=6", "-c", "allgather", "-a", "forest", "-O", "spread=2", "-o", "t.json"],
+                  capsys, monkeypatch)
+    assert_refused(bad, "spread", "expected true or false")
+    assert not (tmp_path / "t.json").exists()
+
+
 @settings(max_examples=40, deadline=None)
 @given(random_topologies(max_gpus=6, max_switches=4, max_nodes=10), st.booleans())
 def test_bound_equals_brute_force_minimum_cut(topo, reverse):

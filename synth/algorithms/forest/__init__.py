@@ -189,7 +189,7 @@ def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Frac
 
 def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
            max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
-           size: int | str | None = None, progress: ProgressFunction | None = None) -> Schedule:
+           size: int | str | None = None, progress: ProgressFunction | None = None, spread: bool = False) -> Schedule:
     """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
 
     The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
@@ -198,6 +198,8 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     ``progress`` then receives a :class:`~synth.algorithms.utils.Progress` event (phase ``"size
     choice"``) after each variant is simulated, and one (``"done"``) with the choice: on 32 gpus at 1 GiB
     the choice takes minutes (``synth generate`` shows these events on a terminal's status line).
+    ``spread`` splits each switch into many light gpu pairs rather than a few heavy ones (the same optimum,
+    shallower trees: on the 32-host BiGraph the reduce-scatter trees are 15 arcs deep instead of 30).
 
     Examples
     --------
@@ -212,14 +214,15 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     """
     check_progress(progress)
     if size is None:
-        return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric)
+        return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread)
     from synth.units import parse_size
 
     nbytes = parse_size(size, "size")
     if max_trees_per_root is not None:
-        schedule = _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric)
+        schedule = _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread)
         return _with_params(schedule, {"size": nbytes})
-    return _best_for_size(topology, kind, nbytes, chunks, root, pipelined, symmetric, _reporter(kind, progress))
+    return _best_for_size(topology, kind, nbytes, chunks, root, pipelined, symmetric, _reporter(kind, progress),
+                          spread)
 
 
 def _reporter(kind: Kind, progress: ProgressFunction | None) -> Callable[[str, str], None]:
@@ -320,7 +323,8 @@ def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[
 
 
 def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
-                   pipelined: bool, symmetric: bool | None, report: Callable[[str, str], None]) -> Schedule:
+                   pipelined: bool, symmetric: bool | None, report: Callable[[str, str], None],
+                   spread: bool = False) -> Schedule:
     """The fastest of forest's tree counts and slice sizes at ``size`` under the flow model.
 
     Every tree count is evaluated with the plan rule's slices; the :data:`FINE_SLICE_CANDIDATES` fastest
@@ -334,13 +338,14 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
     """
     from synth.evaluate import evaluate
 
-    optimal = _forest(topology, kind, chunks, root, None, pipelined, symmetric)
+    optimal = _forest(topology, kind, chunks, root, None, pipelined, symmetric, spread)
     trees = _trees(optimal)
     times: dict[str, float | None] = {}
     variants: list[tuple[int, Schedule]] = []
     best: tuple[float, int, int | None, Schedule] | None = None
     for limit in tree_counts(trees):
-        schedule = optimal if limit == trees else _forest(topology, kind, None, root, limit, pipelined, symmetric)
+        schedule = optimal if limit == trees else _forest(topology, kind, None, root, limit, pipelined, symmetric,
+                                                          spread)
         k = _trees(schedule)  # a limit can reach its best rate with fewer trees: the same schedule again
         if str(k) in times:
             continue
@@ -381,7 +386,7 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
 
 def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
                  max_trees_per_root: int | None = None, pipelined: bool = False,
-                 symmetric: bool | None = None) -> TreeSchedule:
+                 symmetric: bool | None = None, spread: bool = False) -> TreeSchedule:
     """The forest schedule in the compact trees form (:mod:`synth.trees`), without building its transfers.
 
     Takes :func:`forest`'s options except ``size`` (choosing for a size runs the flow model on the
@@ -396,11 +401,11 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     >>> form.num_transfers(), form.expand().transfers == forest(topo, Kind.ALLGATHER).transfers
     (336, True)
     """
-    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None)
+    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None, spread)
 
 
 def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
-                  pipelined: bool, symmetric: bool | None, max_arcs: int | None) -> TreeSchedule:
+                  pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False) -> TreeSchedule:
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -409,7 +414,10 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         raise InputError("", "pipelined", "only allreduce has a pipelined variant")
     if symmetric is not None and not isinstance(symmetric, bool):
         raise InputError("", "symmetric", f"expected true or false, got {symmetric!r}")
+    if not isinstance(spread, bool):
+        raise InputError("", "spread", f"expected true or false, got {spread!r}")
     n = topology.num_ranks
+    extra: dict[str, Any] = {"spread": True} if spread else {}
     limit = max_trees_per_root
     table = _PathTable()
 
@@ -420,11 +428,12 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         root = 0 if root is None else root
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
-        plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit, max_arcs=max_arcs)
+        plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit, max_arcs=max_arcs,
+                        spread=spread)
         per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
         collective = Collective(kind, n, plan.trees * per_copy, root)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
-                         collective.chunks, {})
+                         collective.chunks, extra)
         every_copy = _block_chunks(0, per_copy)
         chunks_of = lambda _root, copy: every_copy(0, copy)  # noqa: E731  (every tree has the one root)
         op: Literal["reduce", "broadcast"] = BROADCAST if kind == Kind.BROADCAST else REDUCE
@@ -434,39 +443,40 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         raise InputError("", "root", f"{kind} takes no root")
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric,
-                        max_arcs=max_arcs)
+                        max_arcs=max_arcs, spread=spread)
         per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
         collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
-                         collective.chunks, {})
+                         collective.chunks, extra)
         all_op: Literal["reduce", "broadcast"] = BROADCAST if kind == Kind.ALLGATHER else REDUCE
         trees = _tree_copies(plan, _block_chunks(plan.trees * per_copy, per_copy), table, all_op == REDUCE)
         return form(collective, params, [TreePhase(all_op, trees)])
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
-    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs)
+    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs, spread=spread)
     if pipelined:
         if not is_symmetric(topology):
             raise NotApplicable("pipelined allreduce reduces and broadcasts over the same trees, which needs every "
                                 "link to have a reverse link of the same bandwidth; use pipelined=false")
         scatter = gather
     else:
-        scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs)
+        scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs,
+                           spread=spread)
     block = math.lcm(gather.trees, scatter.trees)
     block *= _check_chunks(chunks, n * block, "gpus x trees per root")
     collective = Collective(kind, n, n * block, None)
     time_per_byte = seconds_per_byte(gather) + seconds_per_byte(scatter)
     optimal = _optimal_seconds_per_byte(gather) + _optimal_seconds_per_byte(scatter)
     params = _params({"reducescatter": scatter, "allgather": gather}, time_per_byte, optimal, collective.chunks,
-                     {"pipelined": pipelined})
+                     {"pipelined": pipelined, **extra})
     reduced = _tree_copies(scatter, _block_chunks(block, block // scatter.trees), table, True)
     broadcast = _tree_copies(gather, _block_chunks(block, block // gather.trees), table, False)
     return form(collective, params, [TreePhase(REDUCE, reduced), TreePhase(BROADCAST, broadcast)])
 
 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
-            pipelined: bool, symmetric: bool | None) -> Schedule:
+            pipelined: bool, symmetric: bool | None, spread: bool = False) -> Schedule:
     from synth import limits
 
     n = topology.num_ranks
@@ -474,4 +484,5 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
     limits.check_transfers(least, f"forest {kind} on {n} gpus",
                            hint="forest_trees builds its trees form, which has no transfers")  # before the plan
     max_arcs = int(limits.limit_value("max_transfers"))  # each tree arc is at least one transfer
-    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs).expand()
+    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs,
+                         spread).expand()

@@ -127,12 +127,14 @@ SYMMETRY_MIN_GPUS = 64
 
 
 def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
-               max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None) -> ForestPlan:
+               max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
+               spread: bool = False) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
 
     ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
     the topology has it: None (default) from :data:`SYMMETRY_MIN_GPUS` gpus on, True whenever possible,
-    False never. It needs one root per gpu (allgather, reduce-scatter, allreduce)."""
+    False never. It needs one root per gpu (allgather, reduce-scatter, allreduce). ``spread``: split the
+    switches into many light pairs (see :func:`~synth.algorithms.forest.splitting.split_switches`)."""
     started = time.perf_counter()
     net = Network.from_topology(topology, reverse=reverse)
     weights = _weights(topology, root)
@@ -147,7 +149,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
         mark = time.perf_counter()
         used = group
         try:
-            logical = split_switches(net, capacities, weights, trees, group=used)
+            logical = split_switches(net, capacities, weights, trees, group=used, spread=spread)
         except SplitFailed as reason:
             # splitting an orbit of pairs by one amount everywhere can be impossible where a splitting
             # exists (a dragonfly's routers): fall back to splitting switch by switch, without the group
@@ -156,7 +158,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
                 continue
             used = None
             try:
-                logical = split_switches(net, capacities, weights, trees)
+                logical = split_switches(net, capacities, weights, trees, spread=spread)
             except SplitFailed as generic_reason:
                 failures.append(f"k={trees}: {generic_reason}")
                 continue
@@ -216,13 +218,14 @@ def is_symmetric(topology: Topology) -> bool:
                for u, v, data in graph.edges(data=True))
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None],
+_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool],
                     tuple[Topology, ForestPlan]] = OrderedDict()
 _CACHE_SIZE = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
-             max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None) -> ForestPlan:
+             max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
+             spread: bool = False) -> ForestPlan:
     """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
 
     On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
@@ -230,12 +233,12 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     backwards."""
     if reverse and is_symmetric(topology):
         reverse = False
-    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs)
+    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         _CACHE.move_to_end(key)
         return hit[1]
-    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs)
+    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread)
     _CACHE[key] = (topology, plan)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from synth.cuts.network import FlowSolver, Network
+from synth.cuts.network import INFINITY, FlowSolver, Network
 from synth.cuts.symmetry import orbit_minima
 
 Path = tuple[int, ...]
@@ -60,8 +60,14 @@ def _shortcut(path: Path) -> Path:
 
 
 class _Splitter:
-    def __init__(self, net: Network, capacities: Sequence[int], weights: Sequence[int], trees: int) -> None:
+    def __init__(self, net: Network, capacities: Sequence[int], weights: Sequence[int], trees: int,
+                 spread: bool = False) -> None:
         self.net = net
+        self.spread = spread
+        #: with ``spread``: per switch out-arc (w, t), the most one split may give a pair (u, t), and where
+        #: the next split starts among the candidates (see :meth:`_turn`)
+        self.quotas: dict[tuple[int, int], int] = {}
+        self.rotor: dict[tuple[int, int], int] = {}
         self.n = net.num_compute
         self.source = net.num_nodes
         self.solver = FlowSolver(net.num_nodes + 1)
@@ -206,14 +212,39 @@ class _Splitter:
         after = [u for u in ins if u > t] + [u for u in ins if u < t]
         return after + ([t] if t in self.in_nb[w] else [])
 
+    def _quota(self, w: int, t: int) -> int:
+        """The most one split may give a pair through ``w`` towards ``t``: without ``spread``, everything
+        (the first admissible pair takes all it can, so a switch becomes few heavy pairs, often a ring);
+        with it, (w, t)'s capacity shared evenly among w's other in-neighbours, so the logical graph
+        gets many light pairs and the packer can grow shallow trees (stars on a single switch)."""
+        if not self.spread:
+            return INFINITY
+        key = (w, t)
+        if key not in self.quotas:
+            others = len(self.in_nb[w] - {t}) or 1
+            self.quotas[key] = max(1, -(-self.capacity[(w, t)] // others))
+        return self.quotas[key]
+
+    def _turn(self, w: int, t: int) -> list[int]:
+        """The candidates for (w, t), starting (with ``spread``) after the pair that was given the last split."""
+        candidates = self._candidates(w, t)
+        if not self.spread or not candidates:
+            return candidates
+        start = self.rotor.get((w, t), 0) % len(candidates)
+        return candidates[start:] + candidates[:start]
+
+    def _turned(self, w: int, t: int, index: int) -> None:
+        if self.spread:
+            self.rotor[(w, t)] = self.rotor.get((w, t), 0) + index + 1
+
     def split(self, w: int) -> None:
         """Split switch ``w`` off completely (raises :class:`SplitFailed` if that is impossible)."""
         if self._pass_through(w):
             return
         while self.out_nb[w] and self.in_nb[w]:
             t = min(self.out_nb[w])
-            for u in self._candidates(w, t):
-                amount = min(self.capacity[(u, w)], self.capacity[(w, t)])
+            for index, u in enumerate(self._turn(w, t)):
+                amount = min(self.capacity[(u, w)], self.capacity[(w, t)], self._quota(w, t))
                 self._tentative(u, w, t, amount)
                 short = self.deficit(amount)
                 if short:
@@ -221,6 +252,7 @@ class _Splitter:
                 granted = amount - min(short, amount)
                 if granted > 0:
                     self._record(u, w, t, granted)
+                    self._turned(w, t, index)
                     break
             else:
                 raise SplitFailed(f"switch {self.net.names[w]!r}: no admissible pair for its link to "
@@ -237,8 +269,8 @@ class _SymmetricSplitter(_Splitter):
     them), so the amount is the largest that passes, found by bisection (feasibility is monotone in it)."""
 
     def __init__(self, net: Network, capacities: Sequence[int], weights: Sequence[int], trees: int,
-                 group: list[list[int]], representatives: Sequence[int]) -> None:
-        super().__init__(net, capacities, weights, trees)
+                 group: list[list[int]], representatives: Sequence[int], spread: bool = False) -> None:
+        super().__init__(net, capacities, weights, trees, spread)
         self.group = group
         self.representatives = list(representatives)
 
@@ -260,19 +292,20 @@ class _SymmetricSplitter(_Splitter):
                 return
         while self.out_nb[w] and self.in_nb[w]:
             t = min(self.out_nb[w])
-            for u in self._candidates(w, t):
+            for index, u in enumerate(self._turn(w, t)):
                 triples = self._orbit(u, w, t)
                 uses: dict[tuple[int, int], int] = {}
                 for a, b, c in triples:
                     uses[(a, b)] = uses.get((a, b), 0) + 1
                     uses[(b, c)] = uses.get((b, c), 0) + 1
-                top = min(self.capacity[arc] // count for arc, count in uses.items())
+                top = min(min(self.capacity[arc] // count for arc, count in uses.items()), self._quota(w, t))
                 if top <= 0:
                     continue
                 granted = self._largest(triples, top)
                 if granted > 0:
                     for a, b, c in triples:
                         self._record(a, b, c, granted)
+                    self._turned(w, t, index)
                     break
             else:
                 raise SplitFailed(f"switch {self.net.names[w]!r}: no admissible pair for its link to "
@@ -304,7 +337,7 @@ class _SymmetricSplitter(_Splitter):
 
 
 def split_switches(net: Network, capacities: Sequence[int], weights: Sequence[int], trees: int,
-                   group: list[list[int]] | None = None) -> LogicalGraph:
+                   group: list[list[int]] | None = None, spread: bool = False) -> LogicalGraph:
     """Remove every switch by edge splitting; return the logical gpu-to-gpu graph.
 
     ``capacities`` are arc capacities in trees (e.g. :func:`~synth.cuts.allgather.tree_capacities`)
@@ -312,7 +345,9 @@ def split_switches(net: Network, capacities: Sequence[int], weights: Sequence[in
     a switch cannot be split off completely, which happens only when its ingress and egress differ.
     With ``group`` (the node permutations of an automorphism group that leaves ``capacities`` and
     ``weights`` invariant and moves gpus freely) switches are split an orbit at a time and every test asks
-    one gpu per orbit (see :mod:`~synth.cuts.symmetry`).
+    one gpu per orbit (see :mod:`~synth.cuts.symmetry`). With ``spread`` each switch's capacity toward a
+    gpu is shared among many pairs instead of the first that can take it (see ``_Splitter._quota``): the same
+    cut-bound capacities, in a denser logical graph whose trees can be shallower.
 
     Examples
     --------
@@ -324,13 +359,13 @@ def split_switches(net: Network, capacities: Sequence[int], weights: Sequence[in
     [((0, 2), 2), ((1, 0), 2), ((2, 1), 2)]
     """
     if group is None:
-        splitter: _Splitter = _Splitter(net, capacities, weights, trees)
+        splitter: _Splitter = _Splitter(net, capacities, weights, trees, spread)
         switches = range(net.num_compute, net.num_nodes)
         for w in sorted(switches, key=lambda s: (len(splitter.in_nb[s] | splitter.out_nb[s]), s)):
             splitter.split(w)
     else:
         representatives = sorted(set(orbit_minima(group, range(net.num_compute)).values()))
-        symmetric = _SymmetricSplitter(net, capacities, weights, trees, group, representatives)
+        symmetric = _SymmetricSplitter(net, capacities, weights, trees, group, representatives, spread)
         splitter = symmetric
         heads = sorted(set(orbit_minima(group, range(net.num_compute, net.num_nodes)).values()),
                        key=lambda s: (len(symmetric.in_nb[s] | symmetric.out_nb[s]), s))
