@@ -30,7 +30,6 @@ from synth.cli.common import (
 )
 from synth.errors import InputError
 from synth.plan import DEFAULT_WINDOW, pinned
-from synth.schedule import Schedule
 from synth.units import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -87,6 +86,7 @@ def export_chakra_command(
     """Write Chakra ETs plus the workload, system, network and memory configs and run_astrasim.sh."""
     from synth.export.chakra import SIGNATURE, export_chakra
     from synth.fileio import check_output_folder
+    from synth.schedule import Schedule
 
     check_output_folder(output, inputs=[schedule_file, topology] if topology else [schedule_file],
                         signature=SIGNATURE, kind="`synth export chakra` output")
