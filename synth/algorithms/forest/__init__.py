@@ -43,11 +43,14 @@ size : int or str, optional
     The two fastest k are also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where their chunks are larger: finer
     slices fill a deep forest's pipeline sooner. From the fastest so far, the choice then steps to the
     next k, the next finer slice (``REFINE_SLICES``: 256, 128, 64 then 32 KiB, halving) or both while that
-    is faster: more trees pay off once finer slices fill them. The chosen schedule pins its slice size in
+    is faster: more trees pay off once finer slices fill them. Last, the chosen tree limit and slices are
+    tried with ``spread`` splitting (see :func:`forest`) where it builds other trees, and kept where that is faster
+    (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). The chosen schedule pins its slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
     NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
-    ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, None where a variant was
-    cut off as slower; the optimum's k, the chosen k and slice size) and the realised ``modelled_time_s``.
+    ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, with ``/spread`` for the spread
+    variant, None where a variant was cut off as slower; the optimum's k, the chosen k, slice size and
+    ``chosen_spread``) and the realised ``modelled_time_s``.
 """
 
 from __future__ import annotations
@@ -238,12 +241,40 @@ def _reporter(kind: Kind, progress: ProgressFunction | None) -> Callable[[str, s
     return report
 
 
-def _variant_text(k: int, slice_bytes: int | None, seconds: float | None) -> str:
+def _variant_text(k: int, slice_bytes: int | None, seconds: float | None, spread: bool = False) -> str:
     """``k=3, 32KiB slices: 3,244.09 us`` (``slower, cut off`` for a variant whose simulation stopped)."""
     from synth.units import format_size
 
     slices = "the plan rule's slices" if slice_bytes is None else f"{format_size(slice_bytes)} slices"
-    return f"k={k}, {slices}: " + ("slower, cut off" if seconds is None else f"{seconds * 1e6:,.2f} us")
+    return (f"k={k}{', spread' if spread else ''}, {slices}: "
+            + ("slower, cut off" if seconds is None else f"{seconds * 1e6:,.2f} us"))
+
+
+def _try_spread(best: tuple[float, int, int | None, Schedule], limit: int | None, times: dict[str, float | None],
+                report: Callable[[str, str], None], build: Callable[[int | None], Schedule],
+                simulate: Callable[[Schedule, int | None, float], float]
+                ) -> tuple[tuple[float, int, int | None, Schedule], bool]:
+    """The best variant, or the same tree limit and slices with ``spread`` splitting where that is faster
+    (simulated once, cut off at the best time; recorded under ``k/slice/spread``, or ``k/spread`` with the
+    rule's slices). Skipped where spread splits the switches the same way (no switch, or one pair each)."""
+    _, k, slice_bytes, schedule = best
+    try:
+        variant = build(limit)
+    except LimitError:
+        return best, False
+    if variant.transfers == schedule.transfers and variant.chunks == schedule.chunks:
+        return best, False  # the same trees: nothing to simulate
+    spread_k = _trees(variant)
+    key = f"{spread_k}/spread" if slice_bytes is None else f"{spread_k}/{slice_bytes}/spread"
+    try:
+        seconds = simulate(variant, slice_bytes, best[0])
+    except LimitError:
+        return best, False
+    times[key] = seconds if math.isfinite(seconds) else None
+    report("size choice", _variant_text(spread_k, slice_bytes, times[key], True))
+    if seconds < best[0]:
+        return (seconds, spread_k, slice_bytes, variant), True
+    return best, False
 
 
 def tree_counts(optimal: int) -> list[int]:
@@ -342,6 +373,7 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
     trees = _trees(optimal)
     times: dict[str, float | None] = {}
     variants: list[tuple[int, Schedule]] = []
+    limit_of: dict[int, int | None] = {}  # the tree limit that built each variant (None: the optimum)
     best: tuple[float, int, int | None, Schedule] | None = None
     for limit in tree_counts(trees):
         schedule = optimal if limit == trees else _forest(topology, kind, None, root, limit, pipelined, symmetric,
@@ -349,6 +381,7 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         k = _trees(schedule)  # a limit can reach its best rate with fewer trees: the same schedule again
         if str(k) in times:
             continue
+        limit_of[k] = None if limit == trees else limit
         # only the FINE_SLICE_CANDIDATES fastest need exact times: a variant slower than all of them is cut off
         known = sorted(seconds for seconds in times.values() if seconds is not None)
         cutoff = known[FINE_SLICE_CANDIDATES - 1] if len(known) >= FINE_SLICE_CANDIDATES else None
@@ -373,12 +406,19 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
             best = (seconds, k, FINE_SLICE_BYTES, schedule)
         report("size choice", _variant_text(k, FINE_SLICE_BYTES, times[f"{k}/{FINE_SLICE_BYTES}"]))
     best = _refine(best, variants, times, topology, size, report)
+    chosen_spread = spread
+    if not spread:
+        best, chosen_spread = _try_spread(best, limit_of[best[1]], times, report,
+                                          lambda limit: _forest(topology, kind, None if limit else chunks, root, limit,
+                                                                pipelined, symmetric, True),
+                                          lambda schedule, slice_bytes, cutoff: evaluate(
+                                              schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff).time_s)
     seconds, k, slice_bytes, schedule = best
-    report("done", "chose " + _variant_text(k, slice_bytes, seconds))
+    report("done", "chose " + _variant_text(k, slice_bytes, seconds, chosen_spread and not spread))
     extra: dict[str, Any] = {
-        "size": size, "variant": f"k={k}", "modelled_time_s": seconds,
+        "size": size, "variant": f"k={k}" + (", spread" if chosen_spread else ""), "modelled_time_s": seconds,
         "size_choice": {"model": "flow", "optimal_trees_per_root": trees, "chosen_trees_per_root": k,
-                        "chosen_slice_bytes": slice_bytes, "time_s": times}}
+                        "chosen_slice_bytes": slice_bytes, "chosen_spread": chosen_spread, "time_s": times}}
     if slice_bytes is not None:
         extra["plan"] = {**schedule.params.get("plan", {}), "slice_bytes": slice_bytes}
     return _with_params(schedule, extra)
