@@ -5,8 +5,8 @@ For every ``forest`` entry of ``schedules/index.json`` the entry's trees per roo
 default switch splitting and with ``spread=True`` (:func:`synth.algorithms.forest.forest`), then each is
 simulated at the catalog's size under the flow model. Columns: the entry, its trees per root and slice,
 both times as % of the topology's lower bound, the change in points, and the variant the catalog stores.
-Where spread builds the very same transfers (no switch to split: DGX-1, a torus) it is not simulated again.
-Every schedule is verified.
+Where spread builds the very same transfers (no switch to split, as on DGX-1 or a torus, or one that spread
+splits the same way, as a single NIC switch often is) it is not simulated again. Every schedule is verified.
 
 By default the entries whose simulation moves at most :data:`DEFAULT_WORK` slice transfers (transfers x
 slices) are measured, to keep ``make bench`` within its budget; ``SYNTH_SPREAD_ALL=1`` measures every
@@ -83,6 +83,7 @@ def run(quick: bool) -> list[Table]:
         builds = [forest(topology, stored.kind, root=stored.collective.root, max_trees_per_root=limit_k, spread=spread)
                   for spread in (False, True)]
         if builds[0].transfers == builds[1].transfers:
+            verify(builds[0], topology)
             same.append(f"{entry['topology']} {entry['collective']}")
             continue
         default, spread = (_percent(schedule, topology, size, slice_bytes) for schedule in builds)
@@ -91,7 +92,7 @@ def run(quick: bool) -> list[Table]:
                   round(spread - default, 2), stored.params.get("variant"), round(time.perf_counter() - started, 1))
     table.notes = ("default / spread: the entry's forest (its trees per root and slices) built with each splitting, "
                    "% of the topology's lower bound on time; change: spread minus default, in points of the bound. "
-                   f"Not simulated again, spread builds the same transfers (no switch to split): {', '.join(same) or 'none'}. "
+                   f"Not simulated again, spread builds the same transfers: {', '.join(same) or 'none'}. "
                    + ("Every forest entry." if limit is None else
                       f"Entries up to {limit:,} slice transfers (SYNTH_SPREAD_ALL=1 for every one)."))
     return [table]
