@@ -13,7 +13,10 @@ class NearestTouching:
     """Dependencies of a transfer as one rank can see them: a dep that has the rank as an end stays, a
     dep that does not is replaced by its own nearest such ancestors (sound: they all precede it).
 
-    Memoized per (transfer, rank), so a whole schedule costs about one pass per rank involved.
+    Memoized per (transfer, rank), so a whole schedule costs about one pass per rank involved. When no
+    transfer has more than one dependency (allgather, broadcast, trees: the dependencies form a forest),
+    the answer for either end of every transfer is found up front in one depth-first pass over that
+    forest, so asking for an end costs O(1) however deep the chains are.
 
     Examples
     --------
@@ -27,6 +30,14 @@ class NearestTouching:
     def __init__(self, transfers: tuple) -> None:
         self.transfers = transfers
         self._memo: dict[int, dict[int, frozenset[int]]] = {}  # rank -> transfer -> its nearest ones
+        self._ends: tuple[list[int], list[int]] | None | bool = False  # False: not worked out yet
+
+    def _forest_ends(self) -> tuple[list[int], list[int]] | None:
+        """Per transfer, its nearest touching ancestor for its source and for its destination (-1: none),
+        when the dependencies form a forest; else None."""
+        if self._ends is False:
+            self._ends = _forest_nearest(self.transfers)
+        return self._ends  # type: ignore[return-value]
 
     def _near(self, start: int, rank: int) -> frozenset[int]:
         memo = self._memo.get(rank)
@@ -70,7 +81,51 @@ class NearestTouching:
 
     def deps(self, tid: int, rank: int) -> list[int]:
         """The deps of transfer ``tid`` as rank ``rank`` sees them, sorted."""
+        t = self.transfers[tid]
+        if rank == t.src or rank == t.dst:
+            ends = self._forest_ends()
+            if ends is not None:
+                nearest = ends[0][tid] if rank == t.src else ends[1][tid]
+                return [] if nearest < 0 else [nearest]
         found: set[int] = set()
         for dep in self.transfers[tid].deps:
             found |= self._near(dep, rank)
         return sorted(found)
+
+
+def _forest_nearest(transfers: tuple) -> tuple[list[int], list[int]] | None:
+    """For dependencies that form a forest (no transfer with two), each transfer's nearest ancestor that
+    has its source as an end, and the one that has its destination as an end (-1 when none): one
+    depth-first pass that keeps, per rank, the latest transfer on the current path touching it."""
+    if any(len(t.deps) > 1 for t in transfers):
+        return None
+    count = len(transfers)
+    children: dict[int, list[int]] = {}
+    roots = []
+    for t in transfers:
+        if t.deps:
+            children.setdefault(t.deps[0], []).append(t.id)
+        else:
+            roots.append(t.id)
+    near_src, near_dst = [-1] * count, [-1] * count
+    top: dict[int, int] = {}  # rank -> latest transfer touching it on the path from the root
+    stack: list[int] = [~tid for tid in reversed(roots)]  # ~tid: enter tid; tid: leave it
+    undo: list[tuple[int, int, int]] = []  # per entered transfer: (src's, dst's) previous tops
+    while stack:
+        item = stack.pop()
+        if item >= 0:
+            src, old_src, old_dst = undo.pop()
+            t = transfers[item]
+            top[t.dst] = old_dst
+            top[src] = old_src
+            continue
+        tid = ~item
+        t = transfers[tid]
+        near_src[tid] = top.get(t.src, -1)
+        near_dst[tid] = top.get(t.dst, -1)
+        undo.append((t.src, near_src[tid], near_dst[tid]))
+        top[t.src] = tid
+        top[t.dst] = tid
+        stack.append(tid)
+        stack.extend(~child for child in reversed(children.get(tid, ())))
+    return near_src, near_dst

@@ -1,15 +1,18 @@
 """MSCCL XML export and import: vectors from msccl-tools and ASTRA-sim, runtime limits, round trips."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import synthesized
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth.algorithms import available, synthesize
 from synth.collectives import Kind
-from synth.errors import InputError, LimitError, NotApplicable
+from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable
 from synth.evaluate import congestion, evaluate
 from synth.export.msccl import MscclLimits, export_msccl, import_msccl, iter_steps, lower_msccl, parse_xml
 from synth.library import load_topology
@@ -553,3 +556,48 @@ def test_export_of_a_schedule_pinning_its_slices_names_the_buffer_and_predicts_w
     plain = tmp_path / "plain.json"
     plain.write_text(schedule.to_json())
     assert "NCCL_BUFFSIZE" not in run_cli(["export", "msccl", "plain.json", "-o", "z.xml", "-s", "1MiB"], capsys, monkeypatch).out
+
+
+@settings(max_examples=20, deadline=None)
+@given(topology=topologies(min_gpus=2, max_gpus=6),
+       case=st.sampled_from([("allgather", "forest"), ("allreduce", "forest"), ("reduce_scatter", "ring"),
+                             ("alltoall", "direct"), ("allreduce", "tree")]),
+       channels=st.integers(1, 5), policy=st.sampled_from(["chunk", "pair", "block"]))
+def test_the_array_counts_of_a_layout_match_a_count_transfer_by_transfer(topology, case, channels, policy):
+    """What the layout search counts with numpy (messages, forwarding weights, the split check) equals the
+    plain count over the transfers."""
+    from synth.export.msccl.locations import lower_locations
+    from synth.export.msccl.lower import _channels, _split_ok
+    from synth.export.msccl.threadblocks import Columns, _peers
+
+    try:
+        schedule = synthesize(topology, *case)
+    except (NotApplicable, InfeasibleError):
+        return
+    transfers = schedule.transfers
+    chan = _channels(schedule, channels, policy).tolist()
+    expected_chan = [(t.chunk * channels // schedule.collective.num_chunk_ids if policy == "block"
+                      else (t.chunk if policy == "chunk" else t.src + t.dst) % channels) for t in transfers]
+    assert chan == expected_chan
+    messages: Counter = Counter()
+    weight: Counter = Counter()
+    keys = set()
+    split_ok = True
+    lowering = lower_locations(schedule)
+    for t in transfers:
+        if t.src == t.dst:
+            continue
+        messages[(t.src, chan[t.id], "send", t.dst)] += 1
+        messages[(t.dst, chan[t.id], "recv", t.src)] += 1
+        for dep in t.deps:
+            d = transfers[dep]
+            if d.dst == t.src and d.src != d.dst and d.chunk == t.chunk and chan[dep] == chan[t.id]:
+                weight[(t.src, chan[t.id], t.dst, d.src)] += 1
+        key = (t.src, t.dst, chan[t.id], lowering.level[t.id])
+        split_ok = split_ok and key not in keys
+        keys.add(key)
+    peers = _peers(schedule, Columns.of(schedule), np.asarray(chan))
+    assert peers.messages == dict(messages)
+    assert peers.weight == dict(weight)
+    assert peers.has_local == [any(t.src == t.dst == g for t in transfers) for g in range(schedule.collective.num_ranks)]
+    assert _split_ok(schedule, lowering, chan) == split_ok

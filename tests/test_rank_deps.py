@@ -56,3 +56,23 @@ def test_a_dependency_chain_through_other_ranks_ends_at_the_nearest_transfer_of_
     assert [(t.src, t.dst) for t in chain] == [(0, 1), (1, 2), (2, 3)]
     assert near.deps(chain[2].id, 3) == []  # nothing before reaches rank 3
     assert near.deps(chain[2].id, 0) == [chain[0].id]  # the walk passes 1 -> 2 and stops at 0 -> 1
+
+
+def test_a_forest_of_dependencies_is_answered_from_one_pass_and_matches_the_walk():
+    """Allgather trees: every transfer has at most one dependency, so both ends are worked out up front;
+    the answers equal the definition and the general walk's (a fresh instance asked for a non-end rank)."""
+    from synth.library import load_topology
+
+    schedule = synthesize(load_topology("dgx-a100:boxes=2"), "allgather", "forest")
+    transfers = schedule.transfers
+    near = NearestTouching(transfers)
+    assert near._forest_ends() is not None
+    joins = synthesize(load_topology("fully-connected:n=4"), "reduce_scatter", "forest").transfers  # a reduction joins
+    assert NearestTouching(joins)._forest_ends() is None
+    found_some = False
+    for t in transfers:
+        for rank in {t.src, t.dst}:
+            answer = near.deps(t.id, rank)
+            assert answer == nearest_by_definition(transfers, t.id, rank)
+            found_some = found_some or bool(answer)
+    assert found_some  # a gpu forwarding a chunk waits for its own receive of it

@@ -39,6 +39,8 @@ class Lowering:
     #: (transfer, gpu) -> its deps that have gpu as an end (see local_deps), and the reverse
     local_deps: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     dependents: dict[tuple[int, int], set[int]] = field(default_factory=dict)
+    #: per gpu, the transfers it is an end of, in ``order``
+    touching: list[list[int]] = field(default_factory=list)
 
 
 def _levels(schedule: Schedule) -> list[int]:
@@ -197,11 +199,12 @@ def lower_locations(schedule: Schedule) -> Lowering:
     lowering = Lowering(order, position, level, replay.src_loc, replay.operand_loc, replay.dst_loc, copies,
                         placement.scratch, needed, buffers, max(max(b[0], b[1]) for b in buffers))
     near = NearestTouching(schedule.transfers)
-    touching: list[list[int]] = [[] for _ in range(schedule.collective.num_ranks)]
-    for t in schedule.transfers:
-        touching[t.src].append(t.id)
+    touching = lowering.touching = [[] for _ in range(schedule.collective.num_ranks)]
+    for tid in order:
+        t = schedule.transfers[tid]
+        touching[t.src].append(tid)
         if t.dst != t.src:
-            touching[t.dst].append(t.id)
+            touching[t.dst].append(tid)
     for rank, tids in enumerate(touching):  # rank by rank, so the walk's memo holds one rank at a time
         for tid in tids:
             for dep in local_deps(schedule, tid, rank, lowering.local_deps, near):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from synth.errors import InputError, LimitError
 from synth.export.msccl.locations import Lowering, lower_locations
 from synth.export.msccl.program import (
@@ -19,35 +21,34 @@ from synth.export.msccl.program import (
     MscclProgram,
     Threadblock,
 )
-from synth.export.msccl.threadblocks import LimitViolation, build
+from synth.export.msccl.threadblocks import Columns, LimitViolation, build
 from synth.schedule import Schedule
 
 #: Up to this many transfers, channel layouts are searched for one that adds no false waits.
 SEARCH_TRANSFERS = 5_000
 
 
-def _channels(schedule: Schedule, channels: int, policy: str) -> list[int]:
+def _channels(schedule: Schedule, channels: int, policy: str, columns: Columns | None = None) -> np.ndarray:
     """Each transfer's channel: its chunk modulo the count (``chunk``), its pair of ranks (``pair``), or
     its chunk's block of consecutive chunk ids (``block``: how NCCL deals chunks to channels, so channels
     that share a ring each keep their own chain of chunks)."""
+    columns = columns or Columns.of(schedule)
     if policy == "block":
-        ids = schedule.collective.num_chunk_ids
-        return [t.chunk * channels // ids for t in schedule.transfers]
-    return [(t.chunk if policy == "chunk" else t.src + t.dst) % channels for t in schedule.transfers]
+        return columns.chunk * channels // schedule.collective.num_chunk_ids
+    return (columns.chunk if policy == "chunk" else columns.src + columns.dst) % channels
 
 
-def _split_ok(schedule: Schedule, lowering: Lowering, chan: list[int]) -> bool:
+def _split_ok(schedule: Schedule, lowering: Lowering, chan: np.ndarray | list[int],
+              columns: Columns | None = None) -> bool:
     """True when no connection carries two messages of one dependency level, so sends may run a half
     step ahead of recvs (which lets a ring fuse its recv with the next send) without a FIFO filling up."""
-    seen: set[tuple[int, int, int, int]] = set()
-    for t in schedule.transfers:
-        if t.src == t.dst:
-            continue
-        key = (t.src, t.dst, chan[t.id], lowering.level[t.id])
-        if key in seen:
-            return False
-        seen.add(key)
-    return True
+    columns = columns or Columns.of(schedule)
+    remote = columns.src != columns.dst
+    level = np.asarray(lowering.level, dtype=np.int64)[remote]
+    keys = (columns.src[remote], columns.dst[remote], np.asarray(chan, dtype=np.int64)[remote], level)
+    order = np.lexsort(keys)
+    rows = np.stack([key[order] for key in keys])
+    return not bool(np.any(np.all(rows[:, 1:] == rows[:, :-1], axis=0)))
 
 
 def _ancestors(schedule: Schedule, lowering: Lowering) -> list[int]:
@@ -104,7 +105,8 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
         counts = list(range(1, limits.max_channels + 1))
     floor = channel_floor(schedule, limits)
     counts = [k for k in counts if k >= floor] or [limits.max_channels]  # fewer channels cannot fit
-    first: tuple[LimitViolation, tuple[list[int], bool]] | None = None
+    columns = Columns.of(schedule)
+    first: tuple[LimitViolation, tuple[np.ndarray, bool]] | None = None
     best: tuple[int, int, list[list[Threadblock]]] | None = None
     attempt = 0
     for channels in counts:
@@ -112,10 +114,10 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
         for policy, pair_rest in (("chunk", False), ("pair", False), ("block", False), ("chunk", True), ("pair", True)):
             if (channels == 1 and policy in ("pair", "block")) or (pair_rest and fitted):
                 continue  # the same layout as "chunk"; pairing unrelated peers only when nothing else fits
-            chan = _channels(schedule, channels, policy)
+            chan = _channels(schedule, channels, policy, columns)
             try:
-                tbs, waits = build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), limits, pair_rest,
-                                   ancestors)
+                tbs, waits = build(schedule, lowering, chan, _split_ok(schedule, lowering, chan, columns), limits,
+                                   pair_rest, ancestors, columns=columns)
             except LimitViolation as violation:  # report the attempt that came closest
                 if first is None or violation.value / violation.allowed < first[0].value / first[0].allowed:
                     first = (violation, (chan, pair_rest))
@@ -133,7 +135,8 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
         closest, (chan, pair_rest) = first
         if closest.at_least:  # finish that layout, for the count itself
             try:
-                build(schedule, lowering, chan, _split_ok(schedule, lowering, chan), limits, pair_rest, exact=True)
+                build(schedule, lowering, chan, _split_ok(schedule, lowering, chan, columns), limits, pair_rest,
+                      exact=True, columns=columns)
             except LimitViolation as exact:
                 closest = exact
         raise LimitError(_limit_message(schedule, closest, limits))

@@ -138,8 +138,8 @@ class _GpuSteps:
                 self.placed[("send" if op.kind == "send" else "recv", op.tid)] = (b, len(tb.steps) - 1)
 
 
-def emit_steps(schedule: Schedule, lowering: Lowering, tbs: list[list[Threadblock]],
-               units: list[list[list[Unit]]]) -> None:
-    """Append to every threadblock of ``tbs`` the steps of its ``units``, gpu by gpu in the global order."""
-    for g in range(schedule.collective.num_ranks):
-        _GpuSteps(g, schedule, lowering, tbs[g], units[g]).emit()
+def emit_steps(schedule: Schedule, lowering: Lowering, g: int, gpu_tbs: list[Threadblock],
+               units: list[list[Unit]]) -> None:
+    """Append to every threadblock of gpu ``g`` (``gpu_tbs``) the steps of its ``units``, in the global
+    order (gpus are independent: each waits only on its own steps)."""
+    _GpuSteps(g, schedule, lowering, gpu_tbs, units).emit()

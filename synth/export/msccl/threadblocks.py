@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from synth.export.msccl.locations import Lowering, local_deps
 from synth.export.msccl.program import MscclLimits, Threadblock
 from synth.export.msccl.steps import Op, Unit, emit_steps
@@ -64,24 +66,77 @@ class _Peers:
     messages: dict[tuple[int, int, str, int], int]
 
 
-def _peers(schedule: Schedule, chan: list[int]) -> _Peers:
-    transfers = schedule.transfers
+@dataclass(frozen=True)
+class Columns:
+    """The schedule's transfers as arrays, for counting per channel layout without a Python loop: each
+    transfer's source, destination and chunk, and the (transfer, dependency) pairs where the transfer forwards
+    the chunk that dependency brought to its source (the forwarding pairs whose threadblock may fuse)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    chunk: np.ndarray
+    forward: np.ndarray  # transfers that forward a received chunk
+    received: np.ndarray  # the dependency that brought it, pairwise with ``forward``
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> Columns:
+        transfers = schedule.transfers
+        forward, received = [], []
+        for t in transfers:
+            if t.src == t.dst:
+                continue
+            for dep in t.deps:
+                d = transfers[dep]
+                if d.dst == t.src and d.src != d.dst and d.chunk == t.chunk:
+                    forward.append(t.id)
+                    received.append(dep)
+        count = len(transfers)
+        return cls(np.fromiter((t.src for t in transfers), np.int64, count),
+                   np.fromiter((t.dst for t in transfers), np.int64, count),
+                   np.fromiter((t.chunk for t in transfers), np.int64, count),
+                   np.array(forward, np.int64), np.array(received, np.int64))
+
+
+def _counts(*columns: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
+    """The distinct rows of ``columns`` (non-negative integer arrays of one length), sorted, and how often
+    each occurs."""
+    if not len(columns[0]):
+        return []
+    radices = [int(column.max()) + 1 for column in columns]
+    if np.prod(radices, dtype=float) >= 2.0 ** 62:
+        rows, counts = np.unique(np.stack(columns, axis=1), axis=0, return_counts=True)
+        return list(zip(map(tuple, rows.tolist()), counts.tolist(), strict=True))
+    key = columns[0].astype(np.int64)
+    for column, radix in zip(columns[1:], radices[1:], strict=True):
+        key = key * radix + column
+    keys, counts = np.unique(key, return_counts=True)
+    digits = []
+    for radix in reversed(radices[1:]):
+        keys, digit = np.divmod(keys, radix)
+        digits.append(digit.tolist())
+    digits.append(keys.tolist())
+    return list(zip(zip(*reversed(digits), strict=True), counts.tolist(), strict=True))
+
+
+def _peers(schedule: Schedule, columns: Columns, chan: np.ndarray) -> _Peers:
+    src, dst = columns.src, columns.dst
+    remote = src != dst
     peers = _Peers({}, {}, {}, [False] * schedule.collective.num_ranks, {})
+    for g in np.unique(src[~remote]).tolist():
+        peers.has_local[g] = True
     messages = peers.messages
-    for t in transfers:
-        if t.src == t.dst:
-            peers.has_local[t.src] = True
-            continue
-        send_key, recv_key = (t.src, chan[t.id], "send", t.dst), (t.dst, chan[t.id], "recv", t.src)
-        messages[send_key] = messages.get(send_key, 0) + 1
-        messages[recv_key] = messages.get(recv_key, 0) + 1
-        peers.send.setdefault((t.src, chan[t.id]), set()).add(t.dst)
-        peers.recv.setdefault((t.dst, chan[t.id]), set()).add(t.src)
-        for dep in t.deps:
-            d = transfers[dep]
-            if d.dst == t.src and d.src != d.dst and d.chunk == t.chunk and chan[dep] == chan[t.id]:
-                key = (t.src, chan[t.id], t.dst, d.src)
-                peers.weight[key] = peers.weight.get(key, 0) + 1
+    s, d, c = src[remote], dst[remote], chan[remote]
+    for (g, ch, peer), count in _counts(s, c, d):
+        messages[(g, ch, "send", peer)] = count
+        peers.send.setdefault((g, ch), set()).add(peer)
+    for (g, ch, peer), count in _counts(d, c, s):
+        messages[(g, ch, "recv", peer)] = count
+        peers.recv.setdefault((g, ch), set()).add(peer)
+    forward, received = columns.forward, columns.received
+    same = chan[forward] == chan[received]
+    forward, received = forward[same], received[same]
+    for (g, ch, to, came_from), count in _counts(src[forward], chan[forward], dst[forward], src[received]):
+        peers.weight[(g, ch, to, came_from)] = count
     return peers
 
 
@@ -107,16 +162,17 @@ def _pairs(peers: _Peers, g: int, ch: int, pair_rest: bool) -> list[tuple[int, i
     return pairs
 
 
-def _threadblocks(schedule: Schedule, lowering: Lowering, chan: list[int], limits: MscclLimits,
-                  pair_rest: bool) -> tuple[list[list[Threadblock]], TbIndex, _Peers]:
-    """The threadblocks of every gpu, which one serves each (gpu, channel, direction, peer), and the peers."""
+def _threadblocks(schedule: Schedule, lowering: Lowering, peers: _Peers, limits: MscclLimits,
+                  pair_rest: bool) -> tuple[list[list[Threadblock]], TbIndex]:
+    """The threadblocks of every gpu and which one serves each (gpu, channel, direction, peer)."""
     n = schedule.collective.num_ranks
-    peers = _peers(schedule, chan)
     tb_of: TbIndex = {}
     tbs: list[list[Threadblock]] = [[] for _ in range(n)]
+    channels_of: list[set[int]] = [set() for _ in range(n)]
+    for gpu, ch in (*peers.send, *peers.recv):
+        channels_of[gpu].add(ch)
     for g in range(n):
-        keys = sorted({ch for (gpu, ch) in peers.send if gpu == g} | {ch for (gpu, ch) in peers.recv if gpu == g})
-        for ch in keys:
+        for ch in sorted(channels_of[g]):
             pairs = _pairs(peers, g, ch, pair_rest)
             if len(pairs) > limits.max_tbs_per_channel:
                 raise LimitViolation("threadblocks per channel", len(pairs), limits.max_tbs_per_channel,
@@ -131,22 +187,24 @@ def _threadblocks(schedule: Schedule, lowering: Lowering, chan: list[int], limit
             tbs[g].append(Threadblock(-1, -1, 0))
         if len(tbs[g]) > limits.sms:
             raise LimitViolation("threadblocks per gpu", len(tbs[g]), limits.sms, f"gpu {g} (one threadblock per SM)")
-    return tbs, tb_of, peers
+    return tbs, tb_of
 
 
-def _units_floor(tbs: list[list[Threadblock]], peers: _Peers) -> tuple[int, int, int]:
-    """(units, gpu, threadblock) of the threadblock sure to have the most units: each of its sends and
+def _units_floors(tbs: list[list[Threadblock]], peers: _Peers) -> list[tuple[int, int]]:
+    """Per gpu, (units, threadblock) of its threadblock sure to have the most units: each of its sends and
     recvs is in one unit, and a unit fuses at most one recv with one send that forwards it (``weight``)."""
     messages, weight = peers.messages, peers.weight
-    most = (0, 0, 0)
+    floors = []
     for g, gpu_tbs in enumerate(tbs):
+        most = (0, 0)
         for b, tb in enumerate(gpu_tbs):
             sends = messages.get((g, tb.chan, "send", tb.send), 0) if tb.send >= 0 else 0
             recvs = messages.get((g, tb.chan, "recv", tb.recv), 0) if tb.recv >= 0 else 0
             units = max(sends, recvs, sends + recvs - weight.get((g, tb.chan, tb.send, tb.recv), 0))
             if units > most[0]:
-                most = (units, g, b)
-    return most
+                most = (units, b)
+        floors.append(most)
+    return floors
 
 
 def _local_tb(schedule: Schedule, lowering: Lowering, tid: int, chan: list[int], tb_of: TbIndex,
@@ -169,26 +227,25 @@ def _local_tb(schedule: Schedule, lowering: Lowering, tid: int, chan: list[int],
     return tb_of[(t.src, chan[latest], "send", d.dst)]
 
 
-def _ops(schedule: Schedule, lowering: Lowering, tbs: list[list[Threadblock]], tb_of: TbIndex, chan: list[int],
-         times: StepTimes) -> list[list[list[Op]]]:
-    """Per gpu and threadblock, its ops in time order (the copies at the start first)."""
+def _gpu_ops(schedule: Schedule, lowering: Lowering, g: int, gpu_tbs: list[Threadblock], tb_of: TbIndex,
+             chan: list[int], times: StepTimes) -> list[list[Op]]:
+    """Per threadblock of gpu ``g``, its ops in time order (the copies at the start first)."""
     transfers = schedule.transfers
-    ops: list[list[list[Op]]] = [[[] for _ in gpu_tbs] for gpu_tbs in tbs]
-    for g in range(schedule.collective.num_ranks):
-        for copy in lowering.copies[g]:
-            ops[g][0].append(Op((-1, -1), "cpy", copy=copy))
+    ops: list[list[Op]] = [[] for _ in gpu_tbs]
+    for copy in lowering.copies[g]:
+        ops[0].append(Op((-1, -1), "cpy", copy=copy))
     local_tb: dict[int, int] = {}
-    for tid in lowering.order:
+    for tid in lowering.touching[g]:  # in the order, so a local op's local deps have their threadblocks
         t = transfers[tid]
         if t.src == t.dst:
             b = local_tb[tid] = _local_tb(schedule, lowering, tid, chan, tb_of, local_tb, times)
-            ops[t.src][b].append(Op(times.recv(tid), "local", tid))
-            continue
-        ops[t.src][tb_of[(t.src, chan[tid], "send", t.dst)]].append(Op(times.send(tid), "send", tid))
-        ops[t.dst][tb_of[(t.dst, chan[tid], "recv", t.src)]].append(Op(times.recv(tid), "recv", tid))
-    for gpu_ops in ops:
-        for tb_ops in gpu_ops:
-            tb_ops.sort(key=lambda op: op.time)
+            ops[b].append(Op(times.recv(tid), "local", tid))
+        elif t.src == g:
+            ops[tb_of[(g, chan[tid], "send", t.dst)]].append(Op(times.send(tid), "send", tid))
+        else:
+            ops[tb_of[(g, chan[tid], "recv", t.src)]].append(Op(times.recv(tid), "recv", tid))
+    for tb_ops in ops:
+        tb_ops.sort(key=lambda op: op.time)
     return ops
 
 
@@ -204,27 +261,25 @@ def _fusable(schedule: Schedule, lowering: Lowering, g: int, op: Op, nxt: Op, ti
             and lowering.dependents.get((t.id, g), set()) <= {u.id})
 
 
-def _fuse(schedule: Schedule, lowering: Lowering, ops: list[list[list[Op]]], times: StepTimes) -> list[list[list[Unit]]]:
-    """Per gpu and threadblock, its units: a recv is fused with the next op on its threadblock when that
-    sends the same chunk onward."""
-    units: list[list[list[Unit]]] = []
-    for g, gpu_ops in enumerate(ops):
-        gpu_units = []
-        for tb_ops in gpu_ops:
-            merged: list[Unit] = []
-            k = 0
-            while k < len(tb_ops):
-                op = tb_ops[k]
-                if (op.kind == "recv" and k + 1 < len(tb_ops) and tb_ops[k + 1].kind == "send"
-                        and _fusable(schedule, lowering, g, op, tb_ops[k + 1], times)):
-                    merged.append((op, tb_ops[k + 1]))
-                    k += 2
-                    continue
-                merged.append((op,))
-                k += 1
-            gpu_units.append(merged)
-        units.append(gpu_units)
-    return units
+def _fuse(schedule: Schedule, lowering: Lowering, g: int, gpu_ops: list[list[Op]],
+          times: StepTimes) -> list[list[Unit]]:
+    """Per threadblock of gpu ``g``, its units: a recv is fused with the next op on its threadblock when
+    that sends the same chunk onward."""
+    gpu_units = []
+    for tb_ops in gpu_ops:
+        merged: list[Unit] = []
+        k = 0
+        while k < len(tb_ops):
+            op = tb_ops[k]
+            if (op.kind == "recv" and k + 1 < len(tb_ops) and tb_ops[k + 1].kind == "send"
+                    and _fusable(schedule, lowering, g, op, tb_ops[k + 1], times)):
+                merged.append((op, tb_ops[k + 1]))
+                k += 2
+                continue
+            merged.append((op,))
+            k += 1
+        gpu_units.append(merged)
+    return gpu_units
 
 
 def _false_waits(units: list[list[list[Unit]]], ancestors: list[int]) -> int:
@@ -245,35 +300,45 @@ def _false_waits(units: list[list[list[Unit]]], ancestors: list[int]) -> int:
     return false_waits
 
 
-def build(schedule: Schedule, lowering: Lowering, chan: list[int], split: bool, limits: MscclLimits,
-          pair_rest: bool = False, ancestors: list[int] | None = None,
-          exact: bool = False) -> tuple[list[list[Threadblock]], int]:
+def build(schedule: Schedule, lowering: Lowering, chan: list[int] | np.ndarray, split: bool, limits: MscclLimits,
+          pair_rest: bool = False, ancestors: list[int] | None = None, exact: bool = False,
+          columns: Columns | None = None) -> tuple[list[list[Threadblock]], int]:
     """Threadblocks and steps for one channel assignment, and the false waits (0 without ``ancestors``).
 
     Every op has a time (:class:`StepTimes`); each threadblock runs its ops in time order, which keeps
     send and recv orders equal on every connection. Raises :class:`LimitViolation` when a limit fails.
-    Unless ``exact``, a layout whose threadblocks are sure to exceed the steps limit (every unit is at
-    least one step) fails before its steps are emitted, with a lower bound (``at_least``) as the value.
+    Unless ``exact``, a layout fails as soon as one gpu exceeds the steps limit, with that gpu's count as
+    a lower bound (``at_least``): first when its threadblocks are sure to exceed it (every unit is at least
+    one step), before any steps are emitted; then gpu by gpu, the gpus sure of the most units first.
+    ``columns`` (:meth:`Columns.of` the schedule) saves working them out again for every layout tried.
     """
     times = StepTimes(schedule.transfers, lowering.level, split)
-    tbs, tb_of, peers = _threadblocks(schedule, lowering, chan, limits, pair_rest)
-    if not exact:
-        floor = _units_floor(tbs, peers)
-        if floor[0] >= limits.max_steps:
-            raise LimitViolation("steps per threadblock", floor[0], limits.max_steps - 1,
-                                 f"gpu {floor[1]} threadblock {floor[2]}", at_least=True)
-    units = _fuse(schedule, lowering, _ops(schedule, lowering, tbs, tb_of, chan, times), times)
-    if not exact:
-        most = max(((len(tb_units), g, b) for g, gpu_units in enumerate(units) for b, tb_units in enumerate(gpu_units)),
-                   default=(0, 0, 0))
-        if most[0] >= limits.max_steps:
+    peers = _peers(schedule, columns or Columns.of(schedule), np.asarray(chan, dtype=np.int64))
+    tbs, tb_of = _threadblocks(schedule, lowering, peers, limits, pair_rest)
+    floors = _units_floors(tbs, peers)
+    gpus = sorted(range(len(tbs)), key=lambda g: (-floors[g][0], g))
+    if not exact and gpus and floors[gpus[0]][0] >= limits.max_steps:
+        g = gpus[0]
+        raise LimitViolation("steps per threadblock", floors[g][0], limits.max_steps - 1,
+                             f"gpu {g} threadblock {floors[g][1]}", at_least=True)
+    chan = chan.tolist() if isinstance(chan, np.ndarray) else chan
+    every_units: list[list[list[Unit]]] = [[] for _ in tbs]
+    longest = (0, 0, 0)
+    for g in gpus:
+        units = _fuse(schedule, lowering, g, _gpu_ops(schedule, lowering, g, tbs[g], tb_of, chan, times), times)
+        most = max(((len(tb_units), b) for b, tb_units in enumerate(units)), default=(0, 0))
+        if not exact and most[0] >= limits.max_steps:
             raise LimitViolation("steps per threadblock", most[0], limits.max_steps - 1,
-                                 f"gpu {most[1]} threadblock {most[2]}", at_least=True)
-    false_waits = _false_waits(units, ancestors) if ancestors is not None else 0
-    emit_steps(schedule, lowering, tbs, units)
-    longest = max(((len(tb.steps), g, b) for g, gpu_tbs in enumerate(tbs) for b, tb in enumerate(gpu_tbs)),
-                  default=(0, 0, 0))
+                                 f"gpu {g} threadblock {most[1]}", at_least=True)
+        emit_steps(schedule, lowering, g, tbs[g], units)
+        steps = max(((len(tb.steps), g, b) for b, tb in enumerate(tbs[g])), default=(0, 0, 0))
+        if not exact and steps[0] >= limits.max_steps:
+            raise LimitViolation("steps per threadblock", steps[0], limits.max_steps - 1,
+                                 f"gpu {g} threadblock {steps[2]}", at_least=True)
+        longest = max(longest, steps)
+        if ancestors is not None:
+            every_units[g] = units
     if longest[0] >= limits.max_steps:
         raise LimitViolation("steps per threadblock", longest[0], limits.max_steps - 1,
                              f"gpu {longest[1]} threadblock {longest[2]}")
-    return tbs, false_waits
+    return tbs, _false_waits(every_units, ancestors) if ancestors is not None else 0
