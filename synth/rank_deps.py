@@ -75,6 +75,10 @@ class NearestTouching:
             memo[tid] = union
         return memo[start]
 
+    def answers_ends(self) -> bool:
+        """True when asking for either end of a transfer costs O(1) (the dependencies form a forest)."""
+        return self._forest_ends() is not None
+
     def forget(self, rank: int) -> None:
         """Drop what was memoized for ``rank`` (to keep memory low when ranks are asked one at a time)."""
         self._memo.pop(rank, None)

@@ -36,9 +36,11 @@ class Lowering:
     needed: list[bool]
     buffers: list[tuple[int, int, int]]
     nchunksperloop: int
-    #: (transfer, gpu) -> its deps that have gpu as an end (see local_deps), and the reverse
+    #: (transfer, gpu) -> its deps that have gpu as an end (see local_deps), kept when they cost a walk
     local_deps: dict[tuple[int, int], list[int]] = field(default_factory=dict)
-    dependents: dict[tuple[int, int], set[int]] = field(default_factory=dict)
+    #: (transfer, gpu) -> the one transfer that has it among its deps on gpu, or -1 when several do
+    dependent: dict[tuple[int, int], int] = field(default_factory=dict)
+    near: NearestTouching | None = None
     #: per gpu, the transfers it is an end of, in ``order``
     touching: list[list[int]] = field(default_factory=list)
 
@@ -198,7 +200,7 @@ def lower_locations(schedule: Schedule) -> Lowering:
     buffers = placement.buffers()
     lowering = Lowering(order, position, level, replay.src_loc, replay.operand_loc, replay.dst_loc, copies,
                         placement.scratch, needed, buffers, max(max(b[0], b[1]) for b in buffers))
-    near = NearestTouching(schedule.transfers)
+    near = lowering.near = NearestTouching(schedule.transfers)
     touching = lowering.touching = [[] for _ in range(schedule.collective.num_ranks)]
     for tid in order:
         t = schedule.transfers[tid]
@@ -207,16 +209,21 @@ def lower_locations(schedule: Schedule) -> Lowering:
             touching[t.dst].append(tid)
     for rank, tids in enumerate(touching):  # rank by rank, so the walk's memo holds one rank at a time
         for tid in tids:
-            for dep in local_deps(schedule, tid, rank, lowering.local_deps, near):
-                lowering.dependents.setdefault((dep, rank), set()).add(tid)
+            for dep in local_deps(schedule, tid, rank, lowering):
+                key = (dep, rank)
+                lowering.dependent[key] = tid if lowering.dependent.get(key, tid) == tid else -1
         near.forget(rank)
     return lowering
 
 
-def local_deps(schedule: Schedule, tid: int, rank: int, cache: dict[tuple[int, int], list[int]],
-               near: NearestTouching | None = None) -> list[int]:
-    """Deps of ``tid`` that have ``rank`` as an end, non-local ones replaced by their nearest such ancestors."""
+def local_deps(schedule: Schedule, tid: int, rank: int, lowering: Lowering) -> list[int]:
+    """Deps of ``tid`` that have ``rank`` as an end, non-local ones replaced by their nearest such ancestors
+    (kept in ``lowering.local_deps`` unless the dependencies form a forest, where asking costs nothing)."""
+    near = lowering.near or NearestTouching(schedule.transfers)
+    if rank in (schedule.transfers[tid].src, schedule.transfers[tid].dst) and near.answers_ends():
+        return near.deps(tid, rank)
     key = (tid, rank)
+    cache = lowering.local_deps
     if key not in cache:
-        cache[key] = (near or NearestTouching(schedule.transfers)).deps(tid, rank)
+        cache[key] = near.deps(tid, rank)
     return cache[key]

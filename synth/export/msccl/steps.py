@@ -93,7 +93,7 @@ class _GpuSteps:
         for op in unit:
             if op.kind == "cpy":
                 continue
-            for dep in local_deps(self.schedule, op.tid, g, self.lowering.local_deps):
+            for dep in local_deps(self.schedule, op.tid, g, self.lowering):
                 if dep in inside:
                     continue
                 d = transfers[dep]

@@ -213,7 +213,7 @@ def _local_tb(schedule: Schedule, lowering: Lowering, tid: int, chan: list[int],
     received from different peers run in parallel), else that of its latest dependency, else tb 0."""
     transfers = schedule.transfers
     t = transfers[tid]
-    near = local_deps(schedule, tid, t.src, lowering.local_deps)
+    near = local_deps(schedule, tid, t.src, lowering)
     source = [d for d in t.deps if transfers[d].dst == t.src and transfers[d].dst_scratch == t.src_scratch
               and (t.src_scratch is not None or transfers[d].chunk == t.chunk)]
     latest = max(source or near, key=lambda d: times.at(d, t.src), default=None)
@@ -254,11 +254,11 @@ def _fusable(schedule: Schedule, lowering: Lowering, g: int, op: Op, nxt: Op, ti
     ``nxt`` sends the chunk ``op`` received onward, and nothing else waits for the recv alone."""
     transfers = schedule.transfers
     t, u = transfers[op.tid], transfers[nxt.tid]
-    others = [d for d in local_deps(schedule, u.id, g, lowering.local_deps) if d != t.id]
+    others = [d for d in local_deps(schedule, u.id, g, lowering) if d != t.id]
     # fusing makes whatever waits for the recv wait for the send too: only when nothing else does
     return (u.chunk == t.chunk and t.id in u.deps and lowering.src_loc[u.id] == lowering.dst_loc[t.id]
             and all(times.at(d, g) < op.time for d in others)
-            and lowering.dependents.get((t.id, g), set()) <= {u.id})
+            and lowering.dependent.get((t.id, g), u.id) == u.id)
 
 
 def _fuse(schedule: Schedule, lowering: Lowering, g: int, gpu_ops: list[list[Op]],
