@@ -29,7 +29,7 @@ Content = dict[tuple[int, Location], int]
 Resolve = Callable[[int, str, int, str], Location]
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """A transfer or local op of the imported schedule, before renumbering."""
 
@@ -46,7 +46,7 @@ class Record:
     elided: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class LogEntry:
     """One executed step for one chunk of its ``cnt``, in execution order.
 

@@ -22,7 +22,8 @@ def export_msccl(schedule: Schedule, path: str | Path, topology: Topology | None
     from synth.fileio import atomic_write_text
 
     program = lower_msccl(schedule, **options)
+    text = program.xml()
     if topology is not None:
-        program.routing = runtime_routing(schedule, topology, program)
-    atomic_write_text(path, program.xml())
+        program.routing = runtime_routing(schedule, topology, program, text)
+    atomic_write_text(path, text)
     return program

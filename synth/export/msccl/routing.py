@@ -60,8 +60,11 @@ class RuntimeRouting:
                 "problem": self.problem or None}
 
 
-def runtime_routing(schedule: Schedule, topology: Topology, program: MscclProgram) -> RuntimeRouting:
+def runtime_routing(schedule: Schedule, topology: Topology, program: MscclProgram,
+                    text: str | None = None) -> RuntimeRouting:
     """Read ``program``'s XML back as the runtime would route it and compare congestion with ``schedule``.
+
+    ``text`` is ``program.xml()`` when the caller has it already.
 
     Examples
     --------
@@ -80,7 +83,8 @@ def runtime_routing(schedule: Schedule, topology: Topology, program: MscclProgra
 
     planned = congestion(schedule, topology).seconds_per_byte
     try:
-        back = import_msccl("exported XML", topology, topology_name=schedule.topology, text=program.xml())
+        back = import_msccl("exported XML", topology, topology_name=schedule.topology,
+                            text=program.xml() if text is None else text)
     except InputError as error:
         return RuntimeRouting(planned, None, 0, len(schedule.transfers), None, error.problem)
     before = Counter((t.src, t.dst, t.path) for t in schedule.transfers)
