@@ -42,7 +42,7 @@ class MscclLimits:
                 raise InputError("", name, f"expected {lower}..{upper}, got {value}")
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One ``<step>`` of a threadblock, with the XML's attribute names."""
 

@@ -19,7 +19,7 @@ from synth.export.msccl.program import Location, Step, Threadblock
 from synth.schedule import COPY, REDUCE, Schedule
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     """One thing a threadblock does, before it becomes steps."""
 
