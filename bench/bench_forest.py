@@ -11,7 +11,6 @@ outside the timed region. Run ``python -m bench --only forest`` or ``python benc
 from __future__ import annotations
 
 import sys
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -128,11 +127,6 @@ def run(quick: bool) -> list[Table]:
 
 
 if __name__ == "__main__":
-    started = time.perf_counter()
-    for table in run(quick="--quick" in sys.argv):
-        print(table.title)
-        print(" | ".join(table.columns))
-        for row in table.rows:
-            print(" | ".join("-" if value is None else str(value) for value in row))
-        print(table.notes)
-    print(f"({time.perf_counter() - started:.1f} s)")
+    from bench.__main__ import main
+
+    sys.exit(main(["--only", "forest", *sys.argv[1:]]))

@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -88,11 +87,6 @@ def run(quick: bool) -> list[Table]:
 
 
 if __name__ == "__main__":
-    started = time.perf_counter()
-    for result in run(quick="--quick" in sys.argv):
-        print(result.title)
-        print(" | ".join(result.columns))
-        for values in result.rows:
-            print(" | ".join("-" if value is None else str(value) for value in values))
-        print(result.notes)
-    print(f"({time.perf_counter() - started:.1f} s)")
+    from bench.__main__ import main
+
+    sys.exit(main(["--only", "msccl_scale", *sys.argv[1:]]))

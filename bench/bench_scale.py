@@ -145,11 +145,6 @@ def run(quick: bool) -> list[Table]:
 
 
 if __name__ == "__main__":
-    started = time.perf_counter()
-    for result in run(quick="--quick" in sys.argv):
-        print(result.title)
-        print(" | ".join(result.columns))
-        for values in result.rows:
-            print(" | ".join("-" if value is None else str(value) for value in values))
-        print(result.notes)
-    print(f"({time.perf_counter() - started:.1f} s)")
+    from bench.__main__ import main
+
+    sys.exit(main(["--only", "scale", *sys.argv[1:]]))

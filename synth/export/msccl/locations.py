@@ -219,7 +219,9 @@ def lower_locations(schedule: Schedule) -> Lowering:
 def local_deps(schedule: Schedule, tid: int, rank: int, lowering: Lowering) -> list[int]:
     """Deps of ``tid`` that have ``rank`` as an end, non-local ones replaced by their nearest such ancestors
     (kept in ``lowering.local_deps`` unless the dependencies form a forest, where asking costs nothing)."""
-    near = lowering.near or NearestTouching(schedule.transfers)
+    if lowering.near is None:
+        lowering.near = NearestTouching(schedule.transfers)
+    near = lowering.near
     if rank in (schedule.transfers[tid].src, schedule.transfers[tid].dst) and near.answers_ends():
         return near.deps(tid, rank)
     key = (tid, rank)
