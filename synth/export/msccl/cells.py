@@ -93,20 +93,25 @@ class Cells:
         return ("d", chunk) if self.homes[g].get(location) == chunk else self.scratch(g, location)
 
     # ------------------------------------------------------------------ hazards
+    def depend(self, rid: int, others: list[int]) -> None:
+        """Record ``rid`` waits for ``others`` too (never for itself)."""
+        record = self.records[rid]
+        deps = dict.fromkeys(record.deps)
+        deps.update(dict.fromkeys(others))
+        deps.pop(rid, None)
+        if len(deps) != len(record.deps):
+            record.deps = tuple(deps)
+
     def read(self, g: int, cell: Cell, rid: int) -> None:
         writer = self.last_writer.get((g, cell))
         if writer is not None and writer != rid:
-            self.records[rid].deps.add(writer)
+            self.depend(rid, [writer])
         self.readers.setdefault((g, cell), []).append(rid)
 
     def write(self, g: int, cell: Cell, rid: int, chunk: int) -> None:
         key = (g, cell)
-        deps = self.records[rid].deps
         writer = self.last_writer.get(key)
-        if writer is not None:
-            deps.add(writer)
-        deps.update(self.readers.get(key, ()))
-        deps.discard(rid)
+        self.depend(rid, ([] if writer is None else [writer]) + self.readers.get(key, []))
         self.last_writer[key] = rid
         self.readers[key] = []
         self.chunk_of[key] = chunk
@@ -119,7 +124,7 @@ class Cells:
         """A local op (copy ``src`` to ``dst`` or reduce it into ``dst``); a new record unless ``rid``."""
         if rid is None:
             rid = len(self.records)
-            self.records.append(Record(g, g, chunk, op, set()))
+            self.records.append(Record(g, g, chunk, op, ()))
         record = self.records[rid]
         record.src_cell, record.dst_cell = src, dst
         self.read(g, src, rid)
@@ -197,7 +202,7 @@ class Cells:
                     record.elided = True
                     writer = self.last_writer.get((g, cell))
                     if writer is not None:
-                        record.deps.add(writer)
+                        self.depend(e.record, [writer])
                 else:
                     self.evict(g, cell, {e.dst}, {e.src})
                     self.local(g, e.chunk, COPY, held, cell, e.record)
@@ -216,16 +221,16 @@ class Cells:
 def renumber(records: list[Record], log: list[LogEntry], source: str) -> list[int]:
     """Records in a topological order of their deps (earliest finished first), elided copies replaced
     by what they wait for."""
-    stands_for: dict[int, set[int]] = {}
+    stands_for: dict[int, tuple[int, ...]] = {}
     for e in log:  # an elided copy waits only for records finished or elided before it
         record = records[e.record]
         if record.elided:
-            stands_for[e.record] = set().union(*(stands_for.get(d, {d}) for d in record.deps))
+            stands_for[e.record] = tuple(sorted(set().union(*(stands_for.get(d, (d,)) for d in record.deps))))
     live = [rid for rid, r in enumerate(records) if not r.elided]
     for rid in live:
         record = records[rid]
         if any(d in stands_for for d in record.deps):
-            record.deps = set().union(*(stands_for.get(d, {d}) for d in record.deps))
+            record.deps = tuple(sorted(set().union(*(stands_for.get(d, (d,)) for d in record.deps))))
     children: dict[int, list[int]] = {rid: [] for rid in live}
     for rid in live:
         for d in records[rid].deps:

@@ -37,7 +37,8 @@ class Record:
     dst: int
     chunk: int
     op: str
-    deps: set[int]
+    #: the records it waits for, each once (a tuple: records of one step share it)
+    deps: tuple[int, ...]
     src_cell: Cell | None = None
     dst_cell: Cell | None = None
     #: (log entry, emission order) where it got its final form; orders the renumbering
@@ -66,6 +67,15 @@ class LogEntry:
     forward: int | None = None
 
 
+def _union(first: tuple[int, ...], second: tuple[int, ...]) -> tuple[int, ...]:
+    """The records of both, each once, in order of first appearance."""
+    if not first:
+        return second
+    if not second:
+        return first
+    return tuple(dict.fromkeys(first + second))
+
+
 class _Machine:
     """The symbolic executor's state: buffer contents, records, the log, the connections' FIFOs, and per
     executed step the records whose completion implies its own."""
@@ -78,21 +88,25 @@ class _Machine:
         self.records: list[Record] = []
         self.log: list[LogEntry] = []
         self.queues: dict[tuple[int, int, int], deque[int]] = {}
-        # (gpu, tb index, step) -> records whose completion implies the step's (a step starts only after the
-        # previous step of its threadblock and its depid step complete; a send's transfer carries that)
-        self.completed: dict[tuple[int, int, int], set[int]] = {}
+        # records whose completion implies a step's (a step starts only after the previous step of its
+        # threadblock and its depid step complete; a send's transfer carries that): per threadblock for its
+        # latest completed step, and per (gpu, tb index, step) for the steps some depid names
+        self.last: list[list[tuple[int, ...]]] = [[()] * len(gpu_tbs) for gpu_tbs in tbs]
+        self.completed: dict[tuple[int, int, int], tuple[int, ...]] = {}
         self.position = [[0] * len(gpu_tbs) for gpu_tbs in tbs]
         self.tb_index = [{tb.id: k for k, tb in enumerate(gpu_tbs)} for gpu_tbs in tbs]
+        self.awaited = {(g, self.tb_index[g][st.depid], st.deps) for g, gpu_tbs in enumerate(tbs) for tb in gpu_tbs
+                        for st in tb.steps if st.depid != -1 and st.depid in self.tb_index[g]}
         self.races = Races(tbs, source)
 
     # ------------------------------------------------------------------ helpers of one step
-    def send(self, g: int, tb: XmlThreadblock, chunk: int, where: str, before: set[int]) -> int:
+    def send(self, g: int, tb: XmlThreadblock, chunk: int, where: str, before: tuple[int, ...]) -> int:
         """A new transfer of ``chunk`` from gpu ``g`` to ``tb``'s send peer, queued on its connection."""
         if tb.send < 0:
             raise InputError(self.source, where, "sends, but its threadblock has send=\"-1\"")
         tid = len(self.records)
-        self.records.append(Record(g, tb.send, chunk, COPY, set(before)))
-        self.races.sent[tid] = self.races.current
+        self.records.append(Record(g, tb.send, chunk, COPY, before))
+        self.races.sent_by(tid)
         self.queues.setdefault((g, tb.send, tb.chan), deque()).append(tid)
         return tid
 
@@ -105,10 +119,10 @@ class _Machine:
         self.races.read(g, location)
         return location, chunk
 
-    def _after(self, g: int, k_tb: int, step: XmlStep, where: str) -> set[int] | None:
+    def _after(self, g: int, k_tb: int, step: XmlStep, where: str) -> tuple[int, ...] | None:
         """The records the step's completion implies before it runs (its threadblock's previous step and
         its ``depid`` step), or None while the ``depid`` step has not completed."""
-        before = set(self.completed[(g, k_tb, step.s - 1)]) if step.s else set()
+        before = self.last[g][k_tb]
         if step.depid != -1:
             target = self.tb_index[g].get(step.depid)
             if target is None:
@@ -117,8 +131,13 @@ class _Machine:
                 raise InputError(self.source, f"{where}.deps", f"threadblock {step.depid} has no step {step.deps}")
             if (g, target, step.deps) not in self.completed:
                 return None
-            before |= self.completed[(g, target, step.deps)]
+            before = _union(before, self.completed[(g, target, step.deps)])
         return before
+
+    def _complete(self, g: int, k_tb: int, s: int, done: tuple[int, ...]) -> None:
+        self.last[g][k_tb] = done
+        if (g, k_tb, s) in self.awaited:
+            self.completed[(g, k_tb, s)] = done
 
     # ------------------------------------------------------------------ one step
     def execute(self, g: int, k_tb: int, tb: XmlThreadblock, step: XmlStep) -> bool:
@@ -127,7 +146,6 @@ class _Machine:
         before = self._after(g, k_tb, step, where)
         if before is None:
             return False
-        key = (g, k_tb, step.s)
         kind_ = step.type
         queue = None
         if kind_ in RECEIVING:
@@ -136,32 +154,33 @@ class _Machine:
             queue = self.queues.get((tb.recv, g, tb.chan))
             if queue is None or len(queue) < step.cnt:
                 return False
-        self.races.start(g, k_tb, step.s, where)
+        self.races.start(g, k_tb, step.s)
         if step.depid != -1:
             self.races.edge(self.races.step_of(g, self.tb_index[g][step.depid], step.deps))
         if kind_ == "nop":
-            self.completed[key] = before
+            self._complete(g, k_tb, step.s, before)
             return True
         if not 0 <= step.cnt < 10**6 or (step.cnt == 0 and kind_ != "nop"):
             raise InputError(self.source, f"{where}.cnt", f"expected a positive chunk count, got {step.cnt}")
         if queue is not None:
-            self.completed[key] = self._receive(g, tb, step, where, before, queue)
+            done = self._receive(g, tb, step, where, before, queue)
         elif kind_ == "s":
-            self.completed[key] = self._send(g, tb, step, where, before)
+            done = self._send(g, tb, step, where, before)
         elif kind_ in ("cpy", "re"):
-            self.completed[key] = self._local(g, step, where, before)
+            done = self._local(g, step, where, before)
         else:
             raise InputError(self.source, f"{where}.type", f"unknown step type {kind_!r} (expected s, r, rcs, rrs, "
                              "rrc, rrcs, cpy, re or nop)")
+        self._complete(g, k_tb, step.s, done)
         return True
 
-    def _receive(self, g: int, tb: XmlThreadblock, step: XmlStep, where: str, before: set[int],
-                 queue: deque[int]) -> set[int]:
+    def _receive(self, g: int, tb: XmlThreadblock, step: XmlStep, where: str, before: tuple[int, ...],
+                 queue: deque[int]) -> tuple[int, ...]:
         kind_ = step.type
         received, forwarded = [], []
         for k in range(step.cnt):
             tid = queue.popleft()
-            self.races.edge(self.races.sent[tid])
+            self.races.edge(self.races.sent[tid])  # type: ignore[arg-type]
             record = self.records[tid]
             chunk = record.chunk
             destination = self.resolve(g, step.dstbuf, step.dstoff + k, f"{where}.dstoff")
@@ -183,20 +202,20 @@ class _Machine:
             received.append(tid)
             if forward is not None:
                 forwarded.append(forward)
-        return set(forwarded) if forwarded else before | set(received)
+        return tuple(forwarded) if forwarded else _union(before, tuple(received))
 
-    def _send(self, g: int, tb: XmlThreadblock, step: XmlStep, where: str, before: set[int]) -> set[int]:
+    def _send(self, g: int, tb: XmlThreadblock, step: XmlStep, where: str, before: tuple[int, ...]) -> tuple[int, ...]:
         sent = []
         for k in range(step.cnt):
             location, chunk = self.holding(g, step, k, where, "sends")
             tid = self.send(g, tb, chunk, where, before)
             self.log.append(LogEntry("send", g, tid, chunk, location))
             sent.append(tid)
-        return set(sent)
+        return tuple(sent)
 
-    def _local(self, g: int, step: XmlStep, where: str, before: set[int]) -> set[int]:
+    def _local(self, g: int, step: XmlStep, where: str, before: tuple[int, ...]) -> tuple[int, ...]:
         kind_ = step.type
-        done = set(before)
+        done = []
         for k in range(step.cnt):
             location, chunk = self.holding(g, step, k, where, "copies" if kind_ == "cpy" else "reduces")
             destination = self.resolve(g, step.dstbuf, step.dstoff + k, f"{where}.dstoff")
@@ -208,11 +227,11 @@ class _Machine:
                 self.races.read(g, destination)
             self.races.write(g, destination)
             rid = len(self.records)
-            self.records.append(Record(g, g, chunk, COPY if kind_ == "cpy" else REDUCE, set(before)))
+            self.records.append(Record(g, g, chunk, COPY if kind_ == "cpy" else REDUCE, before))
             self.content[(g, destination)] = chunk
             self.log.append(LogEntry(kind_, g, rid, chunk, location, destination))
-            done.add(rid)
-        return done
+            done.append(rid)
+        return _union(before, tuple(done))
 
     # ------------------------------------------------------------------ the whole program
     def run(self) -> None:
@@ -242,9 +261,7 @@ class _Machine:
         target = self.tb_index[g].get(step.depid) if step.depid != -1 else None
         if target is not None and (g, target, step.deps) not in self.completed:
             return ("step", g, target, step.deps)
-        if step.s and (g, k, step.s - 1) not in self.completed:
-            return ("step", g, k, step.s - 1)
-        return ("queue", tb.recv, g, tb.chan)
+        return ("queue", tb.recv, g, tb.chan)  # its previous step has completed: threadblocks run in order
 
     def _check_finished(self) -> None:
         """Refuse a program that deadlocks, leaves chunks unreceived or moves no data."""

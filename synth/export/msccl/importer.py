@@ -3,7 +3,6 @@ schedule (parse, execute symbolically, map buffers to the schedule's cells, rout
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,31 +78,37 @@ def _collective(source: str, algo: dict[str, str], buffers: list[dict[str, int]]
     return Collective(kind, n, chunks, _root(source, kind, tbs))
 
 
-@dataclass(frozen=True)
 class _Buffers:
     """The declared buffers of every gpu: resolves (buffer, offset) to a location, mapping in-place
-    buffers (``o_chunks="0"`` / ``i_chunks="0"``) onto the other one."""
+    buffers (``o_chunks="0"`` / ``i_chunks="0"``) onto the other one.
 
-    source: str
-    collective: Collective
-    counts: list[dict[str, int]]
+    Every gpu's equal locations are one shared tuple (a program of millions of steps names a few
+    thousand distinct ones)."""
 
-    @property
-    def per(self) -> int:
-        coll = self.collective
-        return coll.chunks // coll.num_ranks if coll.kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL) else 0
+    def __init__(self, source: str, collective: Collective, counts: list[dict[str, int]]) -> None:
+        self.source, self.collective, self.counts = source, collective, counts
+        kind = collective.kind
+        self.per = collective.chunks // collective.num_ranks \
+            if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL) else 0
+        self._shift_o = kind == Kind.REDUCESCATTER  # in-place output: an offset into the input
+        self._shift_i = kind == Kind.ALLGATHER  # in-place input: an offset into the output
+        self._locations: dict[str, dict[int, Location]] = {"i": {}, "o": {}, "s": {}}
 
     def resolve(self, g: int, buf: str, off: int, where: str) -> Location:
-        counts, kind, per = self.counts[g], self.collective.kind, self.per
+        counts = self.counts[g]
         if buf not in ("i", "o", "s"):
             raise InputError(self.source, where, f"unknown buffer {buf!r} (expected i, o or s)")
         if buf == "o" and counts["o"] == 0 and counts["i"]:
-            buf, off = "i", off + (g * per if kind == Kind.REDUCESCATTER else 0)
+            buf, off = "i", off + (g * self.per if self._shift_o else 0)
         elif buf == "i" and counts["i"] == 0 and counts["o"]:
-            buf, off = "o", off + (g * per if kind == Kind.ALLGATHER else 0)
+            buf, off = "o", off + (g * self.per if self._shift_i else 0)
         if not 0 <= off < counts[buf]:
             raise InputError(self.source, where, f"offset {off} is outside buffer {buf} of {counts[buf]} chunks")
-        return (buf, off)
+        shared = self._locations[buf]
+        location = shared.get(off)
+        if location is None:
+            location = shared[off] = (buf, off)
+        return location
 
     def inputs_and_homes(self) -> tuple[list[dict[Location, int]], list[dict[Location, int]]]:
         """Per gpu, where each chunk starts (the input buffer) and where it must end (the output buffer)."""
@@ -141,12 +146,14 @@ def _check_outputs(source: str, collective: Collective, homes: list[dict[Locatio
 
 
 def _transfers(records: list[Record], order: list[int], topology: Topology, source: str) -> tuple[Transfer, ...]:
-    """The records in ``order`` as transfers, renumbered, each routed (:class:`RouteBalancer`)."""
+    """The records in ``order`` as transfers, renumbered, each routed (:class:`RouteBalancer`); ``records``
+    is emptied on the way."""
     number = {rid: k for k, rid in enumerate(order)}
     balancer = RouteBalancer(topology, source)
     transfers = []
     for k, rid in enumerate(order):
         r = records[rid]
+        records[rid] = None  # type: ignore[call-overload]  # each record is dropped once it is a transfer
         assert r.src_cell is not None and r.dst_cell is not None
         path = (topology.gpus[r.src],) if r.src == r.dst else balancer.route(r.src, r.dst)
         transfers.append(Transfer(k, r.src, r.dst, r.chunk, r.op, path,  # type: ignore[arg-type]
@@ -188,10 +195,13 @@ def import_msccl(path: str | Path, topology: Topology, topology_name: str | None
     declared = _Buffers(source, collective, buffers)
     inputs, homes = declared.inputs_and_homes()
     records, log, content = execute_program(source, tbs, declared.resolve, inputs)
+    del tbs  # the parsed steps, no longer needed: a large program's memory peaks below
     cells = Cells(records, log, homes, inputs)
     cells.run()
     _check_outputs(source, collective, homes, cells, content)
-    transfers = _transfers(records, renumber(records, log, source), topology, source)
+    order = renumber(records, log, source)
+    del cells, log, content
+    transfers = _transfers(records, order, topology, source)
     params: dict[str, Any] = {"imported_from": "msccl", "name": algo.get("name", ""), "proto": algo.get("proto", ""),
               "nchannels": algo.get("nchannels", "")}
     if params["proto"] in PROTOCOLS:  # the runtime runs the program with the protocol the XML names
