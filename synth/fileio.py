@@ -51,7 +51,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -407,6 +407,22 @@ def atomic_write_bytes(path: PathLike, data: bytes, *, option: str = "--output",
     Raises :class:`InputError` naming the path and the cause when the destination is refused or the
     operating system fails (disk full, permission denied...); the old file is then untouched.
     """
+    _atomic_write(path, lambda fd: _write_all(fd, data), option, inputs)
+
+
+def atomic_write_parts(path: PathLike, parts: Callable[[], Iterable[str]], *, option: str = "--output",
+                       inputs: Iterable[PathLike] = ()) -> None:
+    """Write the UTF-8 text that ``parts()`` yields, part after part, to ``path`` atomically (see
+    :func:`atomic_write_bytes`): a large text never exists whole in memory. ``parts`` may be called twice
+    (when a temporary must be written again under a name) and must yield the same text each time."""
+    def write(fd: int) -> None:
+        for part in parts():
+            _write_all(fd, part.encode("utf-8", errors="surrogateescape"))
+
+    _atomic_write(path, write, option, inputs)
+
+
+def _atomic_write(path: PathLike, write: Callable[[int], None], option: str, inputs: Iterable[PathLike]) -> None:
     target = check_output_file(path, option=option, inputs=inputs)
     folder = target.parent if str(target.parent) else Path(".")
     remove_stale_temporaries(target)
@@ -419,7 +435,7 @@ def atomic_write_bytes(path: PathLike, data: bytes, *, option: str = "--output",
         except (AttributeError, OSError):
             fd = -1
         if fd >= 0:
-            _write_all(fd, data)
+            write(fd)
             os.fsync(fd)
             name = _temp_name(target)
             with signals_held():
@@ -433,7 +449,7 @@ def atomic_write_bytes(path: PathLike, data: bytes, *, option: str = "--output",
             with signals_held():
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
                 temp = name
-            _write_all(fd, data)
+            write(fd)
             os.fsync(fd)
         os.fchmod(fd, mode)
         os.close(fd)

@@ -31,7 +31,9 @@ class Cells:
         self.log = log
         self.homes = homes
         self.cell: dict[tuple[int, Location], Cell] = {}
-        self.aliases: dict[tuple[int, Cell], set[Location]] = {}
+        #: per (gpu, cell): the locations bound to it (one Location, or a set of them when several)
+        self.aliases: dict[tuple[int, Cell], Location | set[Location]] = {}
+        self._data_cells: dict[int, Cell] = {}  # one shared ("d", chunk) tuple per chunk
         self.chunk_of: dict[tuple[int, Cell], int] = {}
         self.slot_of: dict[tuple[int, Location], int] = {}
         self.slots = [0] * len(homes)
@@ -39,44 +41,67 @@ class Cells:
         self.readers: dict[tuple[int, Cell], list[int]] = {}
         self.entry = -1
         self.emitted = 0
-        # per location: the log entries that touch it, and whether each one reads it
-        self.touches: dict[tuple[int, Location], tuple[list[int], list[bool]]] = {}
+        # per location: the log entries that touch it, each as 2 * entry + 1 when it reads the location, else
+        # 2 * entry (one list of ints: millions of locations in a large program)
+        self.touches: dict[tuple[int, Location], list[int]] = {}
         for j, e in enumerate(log):
             reads = {"send": (e.src,), "recv": (e.operand,), "cpy": (e.src,), "re": (e.src, e.dst)}[e.kind]
             for location, read in [(e.dst, False)] + [(loc, True) for loc in reads]:
                 if location is None or (e.kind == "send" and not read):
                     continue
-                indices, flags = self.touches.setdefault((e.gpu, location), ([], []))
-                if indices and indices[-1] == j:
-                    flags[-1] = flags[-1] or read
+                marks = self.touches.setdefault((e.gpu, location), [])
+                if marks and marks[-1] >> 1 == j:
+                    marks[-1] |= read
                 else:
-                    indices.append(j)
-                    flags.append(read)
+                    marks.append(2 * j + read)
         for g, gpu_inputs in enumerate(inputs):
             for location, chunk in gpu_inputs.items():
-                self.bind(g, location, ("d", chunk))
-                self.chunk_of[(g, ("d", chunk))] = chunk
+                cell = self.data_cell(chunk)
+                self.bind(g, location, cell)
+                self.chunk_of[(g, cell)] = chunk
 
     # ------------------------------------------------------------------ state
     def live(self, g: int, location: Location) -> bool:
         """True when the location's value is read after the current entry, or is its final output."""
-        found = self.touches.get((g, location))
-        if found:
-            indices, flags = found
-            k = bisect_right(indices, self.entry)
-            if k < len(indices):
-                return flags[k]
+        marks = self.touches.get((g, location))
+        if marks:
+            k = bisect_right(marks, 2 * self.entry + 1)
+            if k < len(marks):
+                return bool(marks[k] & 1)
         return location in self.homes[g]
+
+    def data_cell(self, chunk: int) -> Cell:
+        cell = self._data_cells.get(chunk)
+        if cell is None:
+            cell = self._data_cells[chunk] = ("d", chunk)
+        return cell
+
+    def bound(self, g: int, cell: Cell) -> set[Location]:
+        """The locations bound to ``cell`` (a new set)."""
+        held = self.aliases.get((g, cell))
+        return set() if held is None else set(held) if isinstance(held, set) else {held}
 
     def bind(self, g: int, location: Location, cell: Cell) -> None:
         self.unbind(g, location)
         self.cell[(g, location)] = cell
-        self.aliases.setdefault((g, cell), set()).add(location)
+        key = (g, cell)
+        held = self.aliases.get(key)
+        if held is None:
+            self.aliases[key] = location
+        elif isinstance(held, set):
+            held.add(location)
+        elif held != location:
+            self.aliases[key] = {held, location}
 
     def unbind(self, g: int, location: Location) -> None:
         old = self.cell.pop((g, location), None)
         if old is not None:
-            self.aliases[(g, old)].discard(location)
+            key = (g, old)
+            held = self.aliases.get(key)
+            if isinstance(held, set):
+                held.discard(location)
+            elif held == location:
+                del self.aliases[key]
 
     def scratch(self, g: int, location: Location | None = None) -> Cell:
         """The scratch slot of ``location`` (a fresh one when None)."""
@@ -90,7 +115,7 @@ class Cells:
 
     def target(self, g: int, location: Location, chunk: int) -> Cell:
         """Where a new value of ``chunk`` at ``location`` goes."""
-        return ("d", chunk) if self.homes[g].get(location) == chunk else self.scratch(g, location)
+        return self.data_cell(chunk) if self.homes[g].get(location) == chunk else self.scratch(g, location)
 
     # ------------------------------------------------------------------ hazards
     def depend(self, rid: int, others: list[int]) -> None:
@@ -135,7 +160,7 @@ class Cells:
     def evict(self, g: int, cell: Cell, keep: set[Location], reading: set[Location]) -> None:
         """Before ``cell`` is overwritten: the other locations whose value it holds and that are read
         later (or by the current step: ``reading``) move to their own slot; the rest lose their value."""
-        for location in sorted(self.aliases.get((g, cell), set()) - keep):
+        for location in sorted(self.bound(g, cell) - keep):
             if location in reading or self.live(g, location):
                 slot = self.scratch(g, location)
                 if slot == cell:
@@ -155,7 +180,7 @@ class Cells:
         if held == goal:
             self.evict(g, held, keep, reading)
             return held
-        others = self.aliases[(g, held)] - keep
+        others = self.bound(g, held) - keep
         if (dest is None or self.homes[g].get(dest) != chunk) and \
                 not any(location in reading or self.live(g, location) for location in others):
             for location in sorted(others):  # nobody reads the old value again: reduce in place

@@ -8,6 +8,7 @@ from typing import Any
 from synth.export.msccl.lower import lower_msccl
 from synth.export.msccl.program import MscclProgram
 from synth.export.msccl.routing import runtime_routing
+from synth.export.msccl.writer import program_xml_parts
 from synth.schedule import Schedule
 from synth.topology import Topology
 
@@ -16,14 +17,13 @@ def export_msccl(schedule: Schedule, path: str | Path, topology: Topology | None
                  **options: Any) -> MscclProgram:
     """Lower ``schedule`` (see :func:`lower_msccl`) and write the XML atomically to ``path``.
 
-    With ``topology``, also works out the paths the runtime takes (:func:`runtime_routing`) and stores
-    them in the program's ``routing``.
+    With ``topology``, also works out the paths the runtime takes (:func:`runtime_routing`, reading the
+    file back) and stores them in the program's ``routing``.
     """
-    from synth.fileio import atomic_write_text
+    from synth.fileio import atomic_write_parts
 
     program = lower_msccl(schedule, **options)
-    text = program.xml()
-    if topology is not None:
-        program.routing = runtime_routing(schedule, topology, program, text)
-    atomic_write_text(path, text)
+    atomic_write_parts(path, lambda: program_xml_parts(program))
+    if topology is not None:  # read back from the file written: its text is never whole in memory
+        program.routing = runtime_routing(schedule, topology, program, path=path)
     return program

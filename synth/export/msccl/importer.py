@@ -4,7 +4,7 @@ schedule (parse, execute symbolically, map buffers to the schedule's cells, rout
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError, VerificationError
@@ -164,8 +164,12 @@ def _transfers(records: list[Record], order: list[int], topology: Topology, sour
 
 
 def import_msccl(path: str | Path, topology: Topology, topology_name: str | None = None,
-                 text: str | None = None) -> Schedule:
+                 text: str | BinaryIO | None = None) -> Schedule:
     """Read MSCCL XML into a verified schedule on ``topology`` (see :mod:`synth.export.msccl`).
+
+    ``text``, when given, is the XML itself (a string, or a binary file open for reading that is parsed
+    as it is read, without :data:`~synth.export.msccl.parse.MAX_XML_BYTES`' limit); ``path`` then only
+    names it in messages.
 
     Raises :class:`InputError` naming the element and attribute for malformed files, deadlocks, data
     the program cannot hold, pairs of ranks with no path through switches and forwarding gpus, custom

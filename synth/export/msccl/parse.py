@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from synth.errors import InputError
 
@@ -38,11 +38,13 @@ class XmlThreadblock:
     steps: list[XmlStep]
 
 
-def parse_xml(text: str, source: str = "") -> tuple[dict[str, str], list[dict[str, int]], list[list[XmlThreadblock]]]:
+def parse_xml(text: str | BinaryIO, source: str = "") -> tuple[dict[str, str], list[dict[str, int]],
+                                                             list[list[XmlThreadblock]]]:
     """Parse MSCCL XML safely into (algo attributes, per-gpu buffer counts, per-gpu threadblocks).
 
-    The text is read incrementally, one ``<gpu>`` element at a time (each dropped once read), so a large
-    program never exists twice in memory as a whole tree.
+    ``text`` is the XML text or a binary file open for reading. It is read incrementally, one ``<gpu>``
+    element at a time (each dropped once read), so a large program never exists twice in memory as a
+    whole tree.
     """
     import io
 
@@ -65,7 +67,8 @@ def parse_xml(text: str, source: str = "") -> tuple[dict[str, str], list[dict[st
     reader = _GpuReader(source, number)
     try:
         depth = 0
-        for event, element in iterparse(io.StringIO(text), events=("start", "end"), forbid_dtd=True,
+        stream = io.StringIO(text) if isinstance(text, str) else text
+        for event, element in iterparse(stream, events=("start", "end"), forbid_dtd=True,
                                         forbid_entities=True, forbid_external=True):
             if event == "start":
                 depth += 1

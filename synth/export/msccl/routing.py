@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from synth.errors import InputError
@@ -61,10 +62,11 @@ class RuntimeRouting:
 
 
 def runtime_routing(schedule: Schedule, topology: Topology, program: MscclProgram,
-                    text: str | None = None) -> RuntimeRouting:
+                    text: str | None = None, path: str | Path | None = None) -> RuntimeRouting:
     """Read ``program``'s XML back as the runtime would route it and compare congestion with ``schedule``.
 
-    ``text`` is ``program.xml()`` when the caller has it already.
+    ``text`` is ``program.xml()`` when the caller has it already; ``path`` a file holding it (read as it
+    is parsed, so a large program's text is never whole in memory).
 
     Examples
     --------
@@ -83,8 +85,14 @@ def runtime_routing(schedule: Schedule, topology: Topology, program: MscclProgra
 
     planned = congestion(schedule, topology).seconds_per_byte
     try:
-        back = import_msccl("exported XML", topology, topology_name=schedule.topology,
-                            text=program.xml() if text is None else text)
+        if path is not None:
+            with open(path, "rb") as stream:
+                back = import_msccl(path, topology, topology_name=schedule.topology, text=stream)
+        else:
+            back = import_msccl("exported XML", topology, topology_name=schedule.topology,
+                                text=program.xml() if text is None else text)
+    except OSError as error:
+        return RuntimeRouting(planned, None, 0, len(schedule.transfers), None, f"cannot read {path}: {error}")
     except InputError as error:
         return RuntimeRouting(planned, None, 0, len(schedule.transfers), None, error.problem)
     before = Counter((t.src, t.dst, t.path) for t in schedule.transfers)

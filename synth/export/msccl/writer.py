@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,11 +21,17 @@ def program_xml(program: MscclProgram) -> str:
     >>> print(text.splitlines()[1])
       <gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">
     """
-    lines = [f'<algo name="{_escape(program.name)}" proto="{program.proto}" nchannels="{program.nchannels}" '
-             f'nchunksperloop="{program.nchunksperloop}" ngpus="{program.ngpus}" coll="{program.coll}" inplace="0" '
-             f'outofplace="1" minBytes="{program.min_bytes}" maxBytes="{program.max_bytes}">']
+    return "".join(program_xml_parts(program))
+
+
+def program_xml_parts(program: MscclProgram) -> Iterator[str]:
+    """The XML text of ``program`` in consecutive parts (the opening line, one ``<gpu>`` element each, the
+    closing line), so a large program can be written without its whole text in memory."""
+    yield (f'<algo name="{_escape(program.name)}" proto="{program.proto}" nchannels="{program.nchannels}" '
+           f'nchunksperloop="{program.nchunksperloop}" ngpus="{program.ngpus}" coll="{program.coll}" inplace="0" '
+           f'outofplace="1" minBytes="{program.min_bytes}" maxBytes="{program.max_bytes}">\n')
     for gpu, (i_chunks, o_chunks, s_chunks) in enumerate(program.buffers):
-        lines.append(f'  <gpu id="{gpu}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" s_chunks="{s_chunks}">')
+        lines = [f'  <gpu id="{gpu}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" s_chunks="{s_chunks}">']
         for tb_id, tb in enumerate(program.tbs[gpu]):
             lines.append(f'    <tb id="{tb_id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
             for s, step in enumerate(tb.steps):
@@ -32,9 +39,9 @@ def program_xml(program: MscclProgram) -> str:
                              f'dstbuf="{step.dstbuf}" dstoff="{step.dstoff}" cnt="{step.cnt}" '
                              f'depid="{step.depid}" deps="{step.deps}" hasdep="{step.hasdep}"/>')
             lines.append("    </tb>")
-        lines.append("  </gpu>")
-    lines.append("</algo>")
-    return "\n".join(lines) + "\n"
+        lines.append("  </gpu>\n")
+        yield "\n".join(lines)
+    yield "</algo>\n"
 
 
 def _escape(text: str) -> str:
