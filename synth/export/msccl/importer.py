@@ -8,7 +8,7 @@ from typing import Any, BinaryIO
 
 from synth.collectives import Collective, Kind, parse_kind
 from synth.errors import InputError, VerificationError
-from synth.export import RouteBalancer
+from synth.export import RouteBalancer, without_cycle_collection
 from synth.export.msccl.cells import Cells, renumber
 from synth.export.msccl.execute import FORWARDING, RECEIVING, Content, Record, execute_program
 from synth.export.msccl.parse import XmlThreadblock, parse_xml, read_text
@@ -163,6 +163,7 @@ def _transfers(records: list[Record], order: list[int], topology: Topology, sour
     return tuple(transfers)
 
 
+@without_cycle_collection
 def import_msccl(path: str | Path, topology: Topology, topology_name: str | None = None,
                  text: str | BinaryIO | None = None) -> Schedule:
     """Read MSCCL XML into a verified schedule on ``topology`` (see :mod:`synth.export.msccl`).

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 
 from synth.errors import InputError, LimitError
+from synth.export import without_cycle_collection
 from synth.export.msccl.locations import Lowering, lower_locations
 from synth.export.msccl.program import (
     COLL_NAME,
@@ -143,6 +144,7 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
     return best[2]
 
 
+@without_cycle_collection
 def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimits | None = None,
                 max_channels: int | None = None, min_bytes: int = 0, max_bytes: int = DEFAULT_MAX_BYTES,
                 name: str | None = None) -> MscclProgram:
