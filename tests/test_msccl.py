@@ -238,6 +238,21 @@ def test_a_large_schedule_takes_at_least_eight_channels_and_is_not_slower_for_it
     times = [evaluate(import_msccl("p.xml", topology, text=program.xml()), topology, 2**30).time_s
              for program in (chosen, fewest)]
     assert times[0] <= times[1]
+    assert times[0] > evaluate(schedule, topology, 2**30).time_s  # still a cost, which `export msccl` states
+
+
+def test_cli_states_what_the_programs_step_order_costs_beside_the_schedule(tmp_path, capsys, monkeypatch):
+    from helpers import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    topology = load_topology("torus:dims=8x8")
+    (tmp_path / "s.json").write_text(synthesize(topology, "allgather", "forest").to_json())
+    done = run_cli(["export", "msccl", "s.json", "-o", "x.xml", "--json"], capsys, monkeypatch)
+    report = json.loads(done.out)
+    program, own = report["predicted"]["time_s"], report["schedule_predicted_time_s"]
+    assert program > own  # threadblocks run their steps in order: waits the schedule does not have
+    done = run_cli(["export", "msccl", "s.json", "-o", "y.xml"], capsys, monkeypatch)
+    assert f"its steps' order in threadblocks costs +{program / own - 1:.1%}" in " ".join(done.out.split())
 
 
 def test_cli_names_the_flags_where_the_library_names_parameters(tmp_path, capsys, monkeypatch):
@@ -569,6 +584,8 @@ def test_export_of_a_schedule_pinning_its_slices_names_the_buffer_and_predicts_w
     assert report["nccl_buffsize"] == 8 * 65536
     assert report["predicted"]["time_s"] == evaluate(pinned, topology, 2**26).time_s \
         != evaluate(schedule, topology, 2**26).time_s  # the pinned slices, not the rule's
+    # the schedule itself under the program's plan: a ring's program waits for nothing more than it does
+    assert report["schedule_predicted_time_s"] == report["predicted"]["time_s"]
     done = run_cli(["export", "msccl", "s.json", "-o", "y.xml", "--size", "64MiB"], capsys, monkeypatch)
     assert "NCCL_BUFFSIZE=524288" in done.out
     plain = tmp_path / "plain.json"

@@ -156,17 +156,22 @@ def export_msccl_command(
     program = export_msccl(schedule, output, topo, proto=proto, limits=limits, min_bytes=low, max_bytes=high)
     stats = program.stats()
     routing = program.routing
-    predicted = None
+    predicted = own = None
     # XML carries no slice size: a runtime streams the slices a schedule pins when its buffers are sized so
     slicing = {key: value for key, value in pinned(schedule.params).items() if key in ("slice_bytes", "window")}
     if routing is not None and routing.schedule is not None:
         from synth.evaluate import PlanOptions, evaluate
 
         predicted = evaluate(routing.schedule, topo, report_size, options=PlanOptions(**slicing))
+        # the schedule itself under the program's plan: what the program's step order costs beside it
+        plan = predicted.plan
+        own = evaluate(schedule, topo, report_size,
+                       options=PlanOptions(protocol=str(plan.protocol), slices=plan.slices, window=plan.window))
     if as_json:
         extra = {} if routing is None else {"routing": routing.to_dict(report_size)}
         if predicted is not None:
             extra["predicted"] = predicted.to_dict()
+            extra["schedule_predicted_time_s"] = own.time_s
         if "slice_bytes" in slicing:
             extra["nccl_buffsize"] = slicing["slice_bytes"] * slicing.get("window", DEFAULT_WINDOW)
         print_json({"output": output, **stats, **extra})
@@ -188,8 +193,12 @@ def export_msccl_command(
                           f"runtime would route it (XML names only the ends of a message) failed: {routing.problem}")
         return
     runtime = fmt_time(float(routing.runtime * report_size))
-    time_text = (f"; predicted time {fmt_time(predicted.time_s)} ({predicted.model} model, {predicted.plan.describe()})"
-                 if predicted else "")
+    time_text = ""
+    if predicted is not None and own is not None:
+        cost = predicted.time_s / own.time_s - 1 if own.time_s else 0.0
+        time_text = (f"; predicted time {fmt_time(predicted.time_s)} ({predicted.model} model, "
+                     f"{predicted.plan.describe()}), the schedule itself {fmt_time(own.time_s)} under that plan"
+                     + (f" (its steps' order in threadblocks costs {cost:+.1%})" if abs(cost) >= 0.0005 else ""))
     if routing.loss > 0:
         err_console.print(f"[yellow]routing loss:[/yellow] XML names no routes, and the runtime takes its own path "
                           f"(shortest through switches and forwarding gpus, balanced) for {routing.rerouted} of {routing.transfers} "
