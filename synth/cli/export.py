@@ -4,7 +4,7 @@ and algorithms written by other tools brought back as verified schedules."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +33,7 @@ from synth.plan import DEFAULT_WINDOW, pinned
 from synth.units import format_size, parse_size
 
 if TYPE_CHECKING:
+    from synth.evaluate import Evaluation
     from synth.topology import Topology
 
 export_app = typer.Typer(name="export", help="Write a schedule in a format another tool runs (ASTRA-sim, MSCCL).",
@@ -156,7 +157,8 @@ def export_msccl_command(
     program = export_msccl(schedule, output, topo, proto=proto, limits=limits, min_bytes=low, max_bytes=high)
     stats = program.stats()
     routing = program.routing
-    predicted = own = None
+    predicted: Evaluation | None = None
+    own: Evaluation | None = None
     # XML carries no slice size: a runtime streams the slices a schedule pins when its buffers are sized so
     slicing = {key: value for key, value in pinned(schedule.params).items() if key in ("slice_bytes", "window")}
     if routing is not None and routing.schedule is not None:
@@ -168,8 +170,8 @@ def export_msccl_command(
         own = evaluate(schedule, topo, report_size,
                        options=PlanOptions(protocol=str(plan.protocol), slices=plan.slices, window=plan.window))
     if as_json:
-        extra = {} if routing is None else {"routing": routing.to_dict(report_size)}
-        if predicted is not None:
+        extra: dict[str, Any] = {} if routing is None else {"routing": routing.to_dict(report_size)}
+        if predicted is not None and own is not None:
             extra["predicted"] = predicted.to_dict()
             extra["schedule_predicted_time_s"] = own.time_s
         if "slice_bytes" in slicing:
