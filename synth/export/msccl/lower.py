@@ -4,7 +4,7 @@ Channels are tried upwards from the fewest that can fit (a transfer's channel is
 of ranks, modulo the channel count, or its chunk's block of consecutive ids) until every runtime limit
 holds; among the fitting layouts the first one that adds no false wait wins, else the one with the fewest.
 Above :data:`SEARCH_TRANSFERS` transfers, where false waits are not counted, the first fitting layout
-wins, trying :data:`LARGE_CHANNELS` channels and up first.
+wins, trying :data:`LARGE_CHANNELS` channels and its doubles first, then the other counts from it up.
 """
 
 from __future__ import annotations
@@ -29,11 +29,17 @@ from synth.schedule import Schedule
 
 #: Up to this many transfers, channel layouts are searched for one that adds no false waits.
 SEARCH_TRANSFERS = 5_000
-#: Above :data:`SEARCH_TRANSFERS`, the fewest channels tried first (then more, then fewer): with fewer, a
-#: threadblock serialises more unrelated messages (the optimal allgather on 256 and 512 DGX A100 gpus fits
-#: in 2 and 4 channels, whose programs the flow model finds 11% and 18% slower than the schedule; with 8
-#: they take the schedule's own time).
+#: Above :data:`SEARCH_TRANSFERS`, the channel counts tried first: this one and its doubles, then the others
+#: from it up, then fewer. With fewer, a threadblock serialises more unrelated messages: the optimal
+#: allgather on 256 and 512 DGX A100 gpus fits in 2 and 4 channels, whose programs the flow model finds 11%
+#: and 18% slower than the schedule at 1 GiB, and with 8 they take the schedule's own time. Doubles before
+#: the counts between: on 2,048 gpus the first count that fits from 8 up, 15, made a program 2.4 times
+#: slower than the schedule (18.75 against 7.82 ms), and 16 one 6% slower (8.32 ms).
 LARGE_CHANNELS = 8
+
+
+def _power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
 
 
 def _channels(schedule: Schedule, channels: int, policy: str, columns: Columns | None = None) -> np.ndarray:
@@ -110,9 +116,10 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
     top = min(limits.max_channels, max(distinct, 2 * schedule.collective.num_ranks))
     counts = [k for k in sorted({1, 2, 4, 8, 16, 32, distinct, limits.max_channels}) if k <= top]
     floor = channel_floor(schedule, limits)
-    if ancestors is None:  # fewest channels from LARGE_CHANNELS up, then fewer
-        start = max(floor, min(LARGE_CHANNELS, limits.max_channels))
-        counts = list(range(start, limits.max_channels + 1)) + list(range(1, start))
+    if ancestors is None:  # LARGE_CHANNELS and its doubles, then the other counts from it up, then fewer
+        start = min(LARGE_CHANNELS, limits.max_channels)
+        counts = sorted(range(1, limits.max_channels + 1),
+                        key=lambda k: (k < start, k >= start and not (k % start == 0 and _power_of_two(k // start)), k))
     counts = [k for k in counts if k >= floor] or [limits.max_channels]  # fewer channels cannot fit
     columns = Columns.of(schedule)
     first: tuple[LimitViolation, tuple[np.ndarray, bool]] | None = None
