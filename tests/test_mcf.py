@@ -15,6 +15,7 @@ from synth.algorithms.mcf import mcf
 from synth.cuts.alltoall import alltoall_bound, alltoall_cut_bound, solve_alltoall_lp
 from synth.errors import InfeasibleError, InputError, NotApplicable
 from synth.evaluate import GIGA, congestion
+from synth.topology import Topology
 
 #: shipped systems small enough for the test suite (the 32- and 64-gpu ones run in bench/bench_milp.py)
 SMALL_SHIPPED = ["dgx1", "ndv2:boxes=2", "dgx2", "dgx-a100", "dgx-a100:boxes=2", "dgx-h100", "mi250",
@@ -109,6 +110,22 @@ def test_bad_options_are_refused_clearly():
         mcf(topology, Kind.ALLTOALL, chunks=6)
     with pytest.raises(NotApplicable):
         synthesize(topology, "allgather", "mcf")
+
+
+def test_hop_byte_cleanup_survives_glop_calling_the_optimum_infeasible():
+    """Found by the property test below: two gpus beside a cycle of two switches, where GLOP called the
+    re-solve at 1e-9 below the optimal rate infeasible."""
+    link = {"latency": 0.0, "bidirectional": False}
+    pairs = [("gpu0", "sw1", 1.0), ("gpu0", "gpu1", 12.5), ("gpu1", "gpu0", 12.5), ("sw0", "sw1", 1.0),
+             ("sw0", "gpu0", 1.0), ("sw1", "sw0", 1.0), ("sw1", "gpu0", 1.0)]
+    topology = Topology.from_dict({
+        "name": "cycle", "nodes": [{"id": "gpu0", "type": "gpu"}, {"id": "gpu1", "type": "gpu"},
+                                   {"id": "sw0", "type": "switch"}, {"id": "sw1", "type": "switch"}],
+        "links": [{"src": src, "dst": dst, "bandwidth": bandwidth, **link} for src, dst, bandwidth in pairs]})
+    flow = solve_alltoall_lp(topology)
+    assert flow.algbw_GBps == pytest.approx(float(alltoall_cut_bound(topology, flow).algbw_GBps))
+    schedule = mcf(topology, Kind.ALLTOALL)
+    verify(schedule, topology)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -297,21 +297,39 @@ def _concurrent_flow_lp(solver: Any, topology: Topology, edges: list[tuple[str, 
 
 def _minimize_hop_bytes(solver: Any, topology: Topology, rate: Any, flow: list[dict[int, Any]],
                         best: float) -> None:
-    """Re-solve keeping λ at its optimum (to solver precision) with the fewest hop-bytes among optimal flows."""
-    rate.SetLb(best * (1 - 1e-9))
+    """Re-solve keeping λ at its optimum (to solver precision) with the fewest hop-bytes among optimal flows.
+
+    GLOP can call the re-solve infeasible when λ's bound is within its own tolerance of the optimum (seen on
+    a 2-gpu topology with a cycle of switches at 1e-9), so the bound is loosened once to 1e-7; should that
+    fail too, the maximum concurrent flow is solved again and kept as it is.
+    """
+    from ortools.linear_solver import pywraplp
+
     objective = solver.Objective()
     objective.Clear()
     for commodity in flow:
         for variable in commodity.values():
             objective.SetCoefficient(variable, 1.0)
     objective.SetMinimization()
-    _solve(solver, topology, "hop-byte cleanup")
+    for slack in (1e-9, 1e-7):
+        rate.SetLb(best * (1 - slack))
+        status = solver.Solve()
+        if status != pywraplp.Solver.INFEASIBLE:
+            _check(status, topology, "hop-byte cleanup")
+            return
+    rate.SetLb(0.0)
+    objective.Clear()
+    solver.Maximize(rate)
+    _solve(solver, topology, "maximum concurrent flow")
 
 
 def _solve(solver: Any, topology: Topology, what: str) -> None:
+    _check(solver.Solve(), topology, what)
+
+
+def _check(status: int, topology: Topology, what: str) -> None:
     from ortools.linear_solver import pywraplp
 
-    status = solver.Solve()
     if status == pywraplp.Solver.OPTIMAL:
         return
     if status == pywraplp.Solver.INFEASIBLE:
