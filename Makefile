@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-quick bench-record astra-check catalog-check clean
+.PHONY: run test test-explore lint bench bench-quick bench-record astra-check catalog-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
+
+# The property tests with new random examples (make test runs a fixed, derandomized set: tests/conftest.py).
+test-explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest
 
 # Benchmarks print their tables and write them to bench/results/local/ (ignored by git); bench-record
 # rewrites the recorded figures in bench/results/ that the README cites.
