@@ -20,8 +20,9 @@ Threadblocks and channels
     every gpu and channel, send peers and recv peers are paired into threadblocks (one send peer and
     one recv peer each), preferring pairs where a received chunk is forwarded. Channels are tried from
     1 upwards (a transfer's channel is its chunk, or its pair of ranks, modulo the channel count) until
-    every runtime limit holds; above 5,000 transfers from 8 upwards first, since fewer channels make a
-    threadblock serialise unrelated messages (:data:`~synth.export.msccl.lower.LARGE_CHANNELS`).
+    every runtime limit holds; above 5,000 transfers 8, 16 and 32 first, then the counts between, then
+    fewer, since fewer channels make a threadblock serialise unrelated messages
+    (:data:`~synth.export.msccl.lower.LARGE_CHANNELS`).
 Order and dependencies
     All steps follow one topological order of the transfers, so send and recv orders agree on every
     connection and no cycle of waits can form. A step waits for the steps of the same gpu that the

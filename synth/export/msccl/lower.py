@@ -38,10 +38,6 @@ SEARCH_TRANSFERS = 5_000
 LARGE_CHANNELS = 8
 
 
-def _power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
 def _channels(schedule: Schedule, channels: int, policy: str, columns: Columns | None = None) -> np.ndarray:
     """Each transfer's channel: its chunk modulo the count (``chunk``), its pair of ranks (``pair``), or
     its chunk's block of consecutive chunk ids (``block``: how NCCL deals chunks to channels, so channels
@@ -117,9 +113,9 @@ def _best_layout(schedule: Schedule, lowering: Lowering, limits: MscclLimits) ->
     counts = [k for k in sorted({1, 2, 4, 8, 16, 32, distinct, limits.max_channels}) if k <= top]
     floor = channel_floor(schedule, limits)
     if ancestors is None:  # LARGE_CHANNELS and its doubles, then the other counts from it up, then fewer
-        start = min(LARGE_CHANNELS, limits.max_channels)
-        counts = sorted(range(1, limits.max_channels + 1),
-                        key=lambda k: (k < start, k >= start and not (k % start == 0 and _power_of_two(k // start)), k))
+        start, most = min(LARGE_CHANNELS, limits.max_channels), limits.max_channels
+        doubles = [start << shift for shift in range(most.bit_length()) if start << shift <= most]
+        counts = doubles + [k for k in range(start, most + 1) if k not in doubles] + list(range(1, start))
     counts = [k for k in counts if k >= floor] or [limits.max_channels]  # fewer channels cannot fit
     columns = Columns.of(schedule)
     first: tuple[LimitViolation, tuple[np.ndarray, bool]] | None = None
