@@ -181,6 +181,41 @@ def test_limits_give_the_limit_the_excess_and_the_fix():
         lower_msccl(schedule, proto="LL256")
 
 
+def test_the_runtime_parsers_tables_are_limits_too(tmp_path, capsys, monkeypatch):
+    """msccl_parser.h keeps <algo>, every <gpu> and the rank's own <tb>s and <step>s in MAX_NODES nodes, the
+    <gpu>s under <algo> in MAX_SUBS unchecked, an attribute value in MAX_STR_LEN + 1 bytes."""
+    from helpers import assert_refused, run_cli
+
+    from synth.export.msccl.program import parser_nodes
+
+    schedule = synthesize(load_topology("switch:n=8"), "allreduce", "ring")
+    program = lower_msccl(schedule)
+    _, _, tbs = parse_xml(program.xml())
+    counted = max(1 + 8 + len(gpu_tbs) + sum(len(tb.steps) for tb in gpu_tbs) for gpu_tbs in tbs)
+    assert program.stats()["max_parser_nodes"] == counted == max(parser_nodes(8, gpu) for gpu in program.tbs)
+    with pytest.raises(LimitError, match=r"it has 8 gpus, 1 over the limit of 7 .*MAX_SUBS"):
+        lower_msccl(schedule, limits=MscclLimits(max_gpus=7))
+    # the search finds a layout with fewer threadblocks when the node table is tight, else refuses
+    tight = lower_msccl(schedule, limits=MscclLimits(parser_nodes=counted))
+    assert tight.stats()["max_parser_nodes"] < counted
+    fewest = min(lower_msccl(schedule, max_channels=1).stats()["max_parser_nodes"], tight.stats()["max_parser_nodes"])
+    with pytest.raises(LimitError, match=r"XML nodes the runtime's parser keeps for one rank is \d+ on gpu \d+.*"
+                                         r"Fix: use fewer chunks.*raise `parser_nodes`"):
+        lower_msccl(schedule, limits=MscclLimits(parser_nodes=fewest - 5))
+    with pytest.raises(InputError, match="^name: expected at most 255 characters"):
+        lower_msccl(schedule, name="&" * 60)  # 300 once escaped
+    with pytest.raises(InputError, match="^parser_nodes: expected 4"):
+        lower_msccl(schedule, limits=MscclLimits(parser_nodes=3))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text(schedule.to_json())
+    done = run_cli(["export", "msccl", "s.json", "-t", "switch:n=8", "-o", "x.xml", "--max-gpus", "4"],
+                   capsys, monkeypatch)
+    assert_refused(done, "it has 8 gpus, 4 over the limit of 4", "raise `--max-gpus`")
+    assert not (tmp_path / "x.xml").exists()
+    done = run_cli(["export", "msccl", "s.json", "-t", "switch:n=8", "-o", "x.xml", "--json"], capsys, monkeypatch)
+    assert json.loads(done.out)["max_parser_nodes"] == program.stats()["max_parser_nodes"]
+
+
 def test_channels_below_the_floor_cannot_fit_and_a_refusal_gives_the_exact_step_count():
     import re
 

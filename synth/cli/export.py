@@ -132,6 +132,11 @@ def export_msccl_command(
     sms: Annotated[int, typer.Option("--sms", min=1, max=100_000, help="SMs per gpu: most threadblocks per gpu (A100: 108)")] = 108,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, max=1_000_000, help="steps per threadblock must stay below this "
                                            "(256; some MSCCL builds 64)")] = 256,
+    max_gpus: Annotated[int, typer.Option("--max-gpus", min=1, max=1 << 20, help="most gpus the runtime's XML parser "
+                                          "takes (MAX_SUBS: 1024)")] = 1024,
+    parser_nodes: Annotated[int, typer.Option("--parser-nodes", min=4, max=1 << 30, help="nodes the runtime's XML parser "
+                                              "holds per rank: <algo>, every <gpu>, the rank's <tb>s and <step>s "
+                                              "(MAX_NODES: 4096)")] = 4096,
     proto: Annotated[str | None, typer.Option("--proto", help="Simple, LL or LL128; default the protocol the "
                                               "schedule pins (params.plan), else Simple")] = None,
     min_bytes: Annotated[str, typer.Option("--min-bytes", help="smallest message size the algorithm is used for")] = "0",
@@ -149,7 +154,7 @@ def export_msccl_command(
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
     low = 0 if min_bytes.strip() == "0" else parse_size(min_bytes, "--min-bytes")
-    limits = MscclLimits(max_channels, max_tbs_per_channel, sms, max_steps)
+    limits = MscclLimits(max_channels, max_tbs_per_channel, sms, max_steps, max_gpus=max_gpus, parser_nodes=parser_nodes)
     report_size = parse_size(size, "--size")
     high = parse_size(max_bytes, "--max-bytes")
     if low >= high:

@@ -36,7 +36,10 @@ Fused steps
 Limits (checked before writing; a :class:`~synth.errors.LimitError` names the limit, by how much it is
 exceeded and the fix): channels at most ``max_channels`` (32), threadblocks per channel per gpu at
 most 32, threadblocks per gpu at most the SM count (``sms``, 108 on an A100), steps per threadblock
-below ``max_steps`` (256; some builds 64), ``cnt`` below 72, offsets within the declared chunk counts.
+below ``max_steps`` (256; some builds 64), ``cnt`` below 72, offsets within the declared chunk counts; and
+the executor's XML parser's: at most ``max_gpus`` (1024) gpus, and per rank fewer than ``parser_nodes``
+(4096) nodes for ``<algo>``, every ``<gpu>`` and the rank's own ``<tb>`` and ``<step>`` elements (see
+:class:`~synth.export.msccl.program.MscclLimits`); a program name of at most 255 characters.
 
 Import reads MSCCL XML (safely: ``defusedxml``, no DTDs or entities) from MSCCLang/msccl-tools, TACCL,
 ForestColl or synth, executes it symbolically (threadblocks in step order, ``depid``/``deps``, FIFO

@@ -10,6 +10,7 @@ wins, trying :data:`LARGE_CHANNELS` channels and its doubles first, then the oth
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,7 +25,8 @@ from synth.export.msccl.program import (
     MscclProgram,
     Threadblock,
 )
-from synth.export.msccl.threadblocks import Columns, LimitViolation, build
+from synth.export.msccl.threadblocks import PARSER_NODES, Columns, LimitViolation, build
+from synth.export.msccl.writer import escape_attribute
 from synth.schedule import Schedule
 
 #: Up to this many transfers, channel layouts are searched for one that adds no false waits.
@@ -36,6 +38,8 @@ SEARCH_TRANSFERS = 5_000
 #: the counts between: on 2,048 gpus the first count that fits from 8 up, 15, made a program 2.4 times
 #: slower than the schedule (18.75 against 7.82 ms), and 16 one 6% slower (8.32 ms).
 LARGE_CHANNELS = 8
+#: Longest attribute value the runtime's XML parser reads (``MAX_STR_LEN``; it copies without checking).
+MAX_ATTRIBUTE = 255
 
 
 def _channels(schedule: Schedule, channels: int, policy: str, columns: Columns | None = None) -> np.ndarray:
@@ -77,7 +81,7 @@ def _options(schedule: Schedule, proto: str | None, limits: MscclLimits | None, 
     """The protocol and limits to lower with, after checking every option."""
     limits = limits or MscclLimits()
     if max_channels is not None:
-        limits = MscclLimits(max_channels, limits.max_tbs_per_channel, limits.sms, limits.max_steps, limits.max_cnt)
+        limits = replace(limits, max_channels=max_channels)
     limits.check()
     if proto is None:
         pinned_protocol = (schedule.params.get("plan") or {}).get("protocol") \
@@ -89,6 +93,12 @@ def _options(schedule: Schedule, proto: str | None, limits: MscclLimits | None, 
         raise InputError("", "max_bytes", f"expected 0 <= minBytes < maxBytes, got {min_bytes} and {max_bytes}")
     if not schedule.transfers:
         raise InputError("", "transfers", "the schedule has no transfers")
+    ranks = schedule.collective.num_ranks
+    if ranks > limits.max_gpus:
+        raise LimitError(f"the schedule does not fit the MSCCL runtime: it has {ranks} gpus, {ranks - limits.max_gpus} over "
+                         f"the limit of {limits.max_gpus} (the executor's XML parser keeps at most {limits.max_gpus} "
+                         "<gpu> elements, MAX_SUBS in msccl_parser.h, without checking: a larger program overwrites "
+                         "its memory). Fix: raise `max_gpus` only for an executor built with a larger MAX_SUBS")
     return proto, limits
 
 
@@ -176,10 +186,13 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     (16, ['r', 'rcs', 'rrcs', 'rrs', 's'])
     """
     proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
+    label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
+    if len(escape_attribute(label)) > MAX_ATTRIBUTE:
+        raise InputError("", "name", f"expected at most {MAX_ATTRIBUTE} characters once escaped for XML (the "
+                         f"runtime's parser reads an attribute into {MAX_ATTRIBUTE + 1} bytes), got {len(escape_attribute(label))}")
     lowering = lower_locations(schedule)
     tbs = _best_layout(schedule, lowering, limits)
     used = 1 + max(tb.chan for gpu in tbs for tb in gpu)
-    label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
     return MscclProgram(label, COLL_NAME[schedule.kind], proto, schedule.collective.num_ranks,
                         lowering.nchunksperloop, used, lowering.buffers, tbs, min_bytes, max_bytes)
 
@@ -192,6 +205,9 @@ def _limit_message(schedule: Schedule, violation: LimitViolation, limits: MscclL
         if limits.max_channels < 32:
             fixes.append("allow more channels (`max_channels`, up to 32)")
         fixes.append(f"raise `max_steps` if your MSCCL build allows more than {limits.max_steps - 1} steps")
+    elif violation.limit == PARSER_NODES:
+        fixes.append(f"use fewer chunks (fewer steps per gpu: the schedule has {schedule.chunks})")
+        fixes.append(f"raise `parser_nodes` only for an executor built with MAX_NODES above {limits.parser_nodes}")
     else:
         fixes.append("use fewer channels or a schedule with fewer peers per gpu")
         if violation.limit == "threadblocks per gpu":

@@ -25,19 +25,31 @@ Location = tuple[str, int]
 
 @dataclass(frozen=True)
 class MscclLimits:
-    """The MSCCL runtime's limits (see :mod:`synth.export.msccl`)."""
+    """The MSCCL runtime's limits (see :mod:`synth.export.msccl`).
+
+    ``max_gpus`` and ``parser_nodes`` are the executor's XML parser's (``msccl_parser.h`` in
+    msccl-executor-nccl and in RCCL: ``MAX_SUBS`` 1024, ``MAX_NODES`` 4096). Each rank's parser keeps one
+    node for ``<algo>``, one for every ``<gpu>`` element and one for each of its own ``<tb>`` and ``<step>``
+    elements, and fails when a further element would need node ``MAX_NODES`` (so at most ``parser_nodes - 1``);
+    the ``<gpu>`` elements are children of ``<algo>``, whose table of ``MAX_SUBS`` children is not bounds
+    checked: a program with more gpus overwrites the parser's memory.
+    """
 
     max_channels: int = 32
     max_tbs_per_channel: int = 32
     sms: int = 108
     max_steps: int = 256
     max_cnt: int = 72
+    max_gpus: int = 1024
+    parser_nodes: int = 4096
 
     def check(self) -> None:
         """Reject impossible settings with a clear message."""
         for name, value, lower, upper in (("max_channels", self.max_channels, 1, 32),
                                           ("max_tbs_per_channel", self.max_tbs_per_channel, 1, 1024),
-                                          ("sms", self.sms, 1, 100_000), ("max_steps", self.max_steps, 2, 1 << 20)):
+                                          ("sms", self.sms, 1, 100_000), ("max_steps", self.max_steps, 2, 1 << 20),
+                                          ("max_gpus", self.max_gpus, 1, 1 << 20),
+                                          ("parser_nodes", self.parser_nodes, 4, 1 << 30)):
             if not lower <= value <= upper:
                 raise InputError("", name, f"expected {lower}..{upper}, got {value}")
 
@@ -93,7 +105,14 @@ class MscclProgram:
         steps = [len(tb.steps) for gpu in self.tbs for tb in gpu]
         return {"gpus": self.ngpus, "channels": self.nchannels, "threadblocks": sum(len(g) for g in self.tbs),
                 "max_tbs_per_gpu": max(len(g) for g in self.tbs), "steps": sum(steps),
-                "max_steps_per_tb": max(steps, default=0)}
+                "max_steps_per_tb": max(steps, default=0),
+                "max_parser_nodes": max(parser_nodes(self.ngpus, gpu) for gpu in self.tbs)}
+
+
+def parser_nodes(ngpus: int, gpu_tbs: list[Threadblock]) -> int:
+    """The nodes one rank's MSCCL XML parser keeps for a program (see :class:`MscclLimits`): ``<algo>``,
+    every ``<gpu>``, and the rank's own ``<tb>`` and ``<step>`` elements."""
+    return 1 + ngpus + len(gpu_tbs) + sum(len(tb.steps) for tb in gpu_tbs)
 
 
 def iter_steps(program: MscclProgram) -> Iterator[tuple[int, int, Step]]:

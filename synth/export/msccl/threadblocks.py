@@ -14,12 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.export.msccl.locations import Lowering, local_deps
-from synth.export.msccl.program import MscclLimits, Threadblock
+from synth.export.msccl.program import MscclLimits, Threadblock, parser_nodes
 from synth.export.msccl.steps import Op, Unit, emit_steps
 from synth.schedule import Schedule, Transfer
 
 #: (gpu, channel, "send"/"recv", peer) -> index of the threadblock on the gpu
 TbIndex = dict[tuple[int, int, str, int], int]
+
+
+#: The limit a layout exceeds when a rank's XML parser would keep too many nodes (see :class:`MscclLimits`).
+PARSER_NODES = "XML nodes the runtime's parser keeps for one rank"
 
 
 class LimitViolation(Exception):
@@ -324,6 +328,7 @@ def build(schedule: Schedule, lowering: Lowering, chan: list[int] | np.ndarray, 
     chan = chan.tolist() if isinstance(chan, np.ndarray) else chan
     every_units: list[list[list[Unit]]] = [[] for _ in tbs]
     longest = (0, 0, 0)
+    most_nodes = (0, 0)
     for g in gpus:
         units = _fuse(schedule, lowering, g, _gpu_ops(schedule, lowering, g, tbs[g], tb_of, chan, times), times)
         most = max(((len(tb_units), b) for b, tb_units in enumerate(units)), default=(0, 0))
@@ -336,9 +341,16 @@ def build(schedule: Schedule, lowering: Lowering, chan: list[int] | np.ndarray, 
             raise LimitViolation("steps per threadblock", steps[0], limits.max_steps - 1,
                                  f"gpu {g} threadblock {steps[2]}", at_least=True)
         longest = max(longest, steps)
+        nodes = parser_nodes(schedule.collective.num_ranks, tbs[g])
+        if nodes >= limits.parser_nodes and (not exact or nodes > most_nodes[0]):
+            if not exact:
+                raise LimitViolation(PARSER_NODES, nodes, limits.parser_nodes - 1, f"gpu {g}")
+            most_nodes = (nodes, g)
         if ancestors is not None:
             every_units[g] = units
     if longest[0] >= limits.max_steps:
         raise LimitViolation("steps per threadblock", longest[0], limits.max_steps - 1,
                              f"gpu {longest[1]} threadblock {longest[2]}")
+    if most_nodes[0]:
+        raise LimitViolation(PARSER_NODES, most_nodes[0], limits.parser_nodes - 1, f"gpu {most_nodes[1]}")
     return tbs, _false_waits(every_units, ancestors) if ancestors is not None else 0

@@ -27,7 +27,7 @@ def program_xml(program: MscclProgram) -> str:
 def program_xml_parts(program: MscclProgram) -> Iterator[str]:
     """The XML text of ``program`` in consecutive parts (the opening line, one ``<gpu>`` element each, the
     closing line), so a large program can be written without its whole text in memory."""
-    yield (f'<algo name="{_escape(program.name)}" proto="{program.proto}" nchannels="{program.nchannels}" '
+    yield (f'<algo name="{escape_attribute(program.name)}" proto="{program.proto}" nchannels="{program.nchannels}" '
            f'nchunksperloop="{program.nchunksperloop}" ngpus="{program.ngpus}" coll="{program.coll}" inplace="0" '
            f'outofplace="1" minBytes="{program.min_bytes}" maxBytes="{program.max_bytes}">\n')
     for gpu, (i_chunks, o_chunks, s_chunks) in enumerate(program.buffers):
@@ -44,5 +44,6 @@ def program_xml_parts(program: MscclProgram) -> Iterator[str]:
     yield "</algo>\n"
 
 
-def _escape(text: str) -> str:
+def escape_attribute(text: str) -> str:
+    """``text`` as an XML attribute value between double quotes."""
     return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
