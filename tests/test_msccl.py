@@ -201,7 +201,7 @@ def test_the_runtime_parsers_tables_are_limits_too(tmp_path, capsys, monkeypatch
     fewest = min(lower_msccl(schedule, max_channels=1).stats()["max_parser_nodes"], tight.stats()["max_parser_nodes"])
     with pytest.raises(LimitError, match=r"XML nodes the runtime's parser keeps for one rank is \d+ on gpu \d+.*"
                                          r"Fix: use fewer chunks.*raise `parser_nodes`"):
-        lower_msccl(schedule, limits=MscclLimits(parser_nodes=fewest - 5))
+        lower_msccl(schedule, limits=MscclLimits(parser_nodes=fewest))  # past the floor checked up front
     with pytest.raises(InputError, match="^name: expected at most 255 characters"):
         lower_msccl(schedule, name="&" * 60)  # 300 once escaped
     with pytest.raises(InputError, match="^parser_nodes: expected 4"):
@@ -214,6 +214,28 @@ def test_the_runtime_parsers_tables_are_limits_too(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "x.xml").exists()
     done = run_cli(["export", "msccl", "s.json", "-t", "switch:n=8", "-o", "x.xml", "--json"], capsys, monkeypatch)
     assert json.loads(done.out)["max_parser_nodes"] == program.stats()["max_parser_nodes"]
+
+
+def test_a_gpu_with_more_transfers_than_its_parser_can_hold_is_refused_before_lowering(monkeypatch):
+    import synth.export.msccl.lower as lower
+
+    schedule = synthesize(load_topology("switch:n=8"), "allgather", "ring", chunks=64)
+    sends = Counter(t.src for t in schedule.transfers if t.src != t.dst)
+    assert max(sends.values()) == 7 * 8  # 64 chunks: 8 per rank, each sent on by 7 gpus
+    assert lower_msccl(schedule).stats()["max_parser_nodes"] >= 1 + 8 + 1 + 56
+    monkeypatch.setattr(lower, "lower_locations", lambda *_: pytest.fail("lowered a schedule that cannot fit"))
+    with pytest.raises(LimitError, match=r"is at least 66 on gpu 0, 7 or more over the limit of 59"):
+        lower_msccl(schedule, limits=MscclLimits(parser_nodes=60))  # <algo>, 8 <gpu>s, a <tb>, 56 sends
+
+
+def test_every_program_a_stock_executor_loads_is_within_the_default_transfer_limit():
+    """Why the MSCCL export needs no streaming form: with at most max_gpus gpus and fewer than parser_nodes
+    nodes per rank, and one send per step, a loadable program has fewer transfers than SYNTH_MAX_TRANSFERS."""
+    from synth.limits import LIMITS
+
+    limits = MscclLimits()
+    most = max(gpus * (limits.parser_nodes - 1 - (2 + gpus)) for gpus in range(1, limits.max_gpus + 1))
+    assert most == 1024 * 3069 < LIMITS["max_transfers"].default
 
 
 def test_channels_below_the_floor_cannot_fit_and_a_refusal_gives_the_exact_step_count():

@@ -99,7 +99,25 @@ def _options(schedule: Schedule, proto: str | None, limits: MscclLimits | None, 
                          f"the limit of {limits.max_gpus} (the executor's XML parser keeps at most {limits.max_gpus} "
                          "<gpu> elements, MAX_SUBS in msccl_parser.h, without checking: a larger program overwrites "
                          "its memory). Fix: raise `max_gpus` only for an executor built with a larger MAX_SUBS")
+    busiest = _busiest_end(schedule)
+    if busiest is not None:
+        nodes, gpu = busiest
+        if nodes >= limits.parser_nodes:
+            raise LimitError(_limit_message(schedule, LimitViolation(PARSER_NODES, nodes, limits.parser_nodes - 1,
+                                                                     f"gpu {gpu}", at_least=True), limits))
     return proto, limits
+
+
+def _busiest_end(schedule: Schedule) -> tuple[int, int] | None:
+    """The fewest nodes the runtime's XML parser keeps for the busiest gpu, and that gpu: every step moves
+    one chunk (``cnt="1"``) and carries at most one send and one receive, so a gpu has at least as many steps
+    as it sends or receives transfers, in at least one threadblock."""
+    remote = [t for t in schedule.transfers if t.src != t.dst]
+    if not remote:
+        return None
+    sends, recvs = Counter(t.src for t in remote), Counter(t.dst for t in remote)
+    gpu = max(sorted(sends.keys() | recvs.keys()), key=lambda g: max(sends[g], recvs[g]))
+    return 1 + schedule.collective.num_ranks + 1 + max(sends[gpu], recvs[gpu]), gpu
 
 
 def channel_floor(schedule: Schedule, limits: MscclLimits) -> int:
