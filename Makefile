@@ -24,12 +24,14 @@ lint: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -q tests/test_layers.py
 	$(BIN)/mypy
 
+# -n auto: one pytest worker per core (pytest-xdist); --dist loadfile keeps each test file on one worker, as
+# the README's blocks build on each other in one folder (tests/test_readme.py).
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 # The property tests with new random examples (make test runs a fixed, derandomized set: tests/conftest.py).
 test-explore: $(STAMP)
-	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest
+	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -n auto --dist loadfile
 
 # Benchmarks print their tables and write them to bench/results/local/ (ignored by git); bench-record
 # rewrites the recorded figures in bench/results/ that the README cites.

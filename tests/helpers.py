@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import functools
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 SYNTH = Path(sys.executable).parent / "synth"
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+#: ``subprocess.Popen`` arguments for a child the test will interrupt: a suite started as a background job
+#: (``cmd &`` without job control) ignores SIGINT, its children inherit that, and synth leaves an ignored
+#: signal ignored, so the child gets the default dispositions back.
+INTERRUPTIBLE = {"preexec_fn": _default_signals}
 
 
 @dataclass

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_refused, run_cli, run_process
+from helpers import INTERRUPTIBLE, assert_refused, run_cli, run_process
 
 import synth
 from synth import Schedule, evaluate, load_topology, verify
@@ -308,7 +308,8 @@ def test_ctrl_c_during_generate_leaves_no_file_and_says_what_it_was_doing(tmp_pa
     from helpers import SYNTH
 
     args = [str(SYNTH), "generate", "ring:n=64", "-c", "allreduce", "-k", "6400", "-o", "big.json"]
-    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               **INTERRUPTIBLE)
     deadline = time.monotonic() + 120
     while process.poll() is None and _cpu_seconds(process.pid) < 2.5 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SYNTH
+from helpers import INTERRUPTIBLE, SYNTH
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see the write window")
 
@@ -66,7 +66,7 @@ def kill_during_write(args: list[str], cwd: Path, seen, delay: float, signum: in
     """Start ``synth ARGS``, wait for its write window, wait ``delay``, send ``signum``; return the exit code,
     stderr and whether the window was seen before the process ended."""
     process = subprocess.Popen([str(SYNTH), *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, **INTERRUPTIBLE)
     caught = False
     deadline = time.monotonic() + 240
     try:
@@ -169,7 +169,7 @@ def test_a_second_signal_while_cleaning_up_changes_nothing(tmp_path, reference_e
         return writing_folder(pid, cwd)
 
     process = subprocess.Popen([str(SYNTH), *EXPORT, "-o", "et"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, **INTERRUPTIBLE)
     deadline = time.monotonic() + 240
     while process.poll() is None and not seen(process.pid, tmp_path) and time.monotonic() < deadline:
         time.sleep(0.0003)

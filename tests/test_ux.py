@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from synth.errors import InputError
 from synth.units import format_size, parse_size, parse_sizes
-from tests.helpers import SYNTH, assert_refused, run_cli, run_process
+from tests.helpers import INTERRUPTIBLE, SYNTH, assert_refused, run_cli, run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,7 +177,7 @@ def test_interrupted_sweep_says_one_consistent_thing(tmp_path):
     output = tmp_path / "out.parquet"
     process = subprocess.Popen([str(SYNTH), "sweep", str(spec), "-o", str(output), "--workers", "1",
                                 "--flush-points", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, **INTERRUPTIBLE)
     try:
         deadline = time.monotonic() + 120
         while not output.exists() and process.poll() is None and time.monotonic() < deadline:
