@@ -218,43 +218,47 @@ def dgx_h100(boxes: int = 1) -> Topology:
                     + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""))
 
 
-@entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus, one NVLink 5 link to each of 18 NVLink switch chips; "
-       "racks on 400 Gb/s rails")
+@entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus on one NVLink switch fabric (18 NVLink 5 links, "
+       "900 GB/s per gpu); racks on 400 Gb/s rails")
 def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS) -> Topology:
-    """NVIDIA GB200 NVL72 racks: 72 Blackwell gpus each with one NVLink 5 link to each of the rack's 18
-    NVLink switch chips (``r{k}.nvs{j}``), 50 GB/s per link and direction (900 GB/s per gpu).
+    """NVIDIA GB200 NVL72 racks: 72 Blackwell gpus on one NVLink switch node per rack (``nvs``), 900 GB/s
+    per gpu and direction (18 NVLink 5 links of 50 GB/s).
 
     Sources: NVIDIA DGX SuperPOD GB200 reference architecture, "Network fabrics": 18 compute trays and
     9 NVLink switch trays of 2 switch chips per rack; each B200 has 18 NVLink 5 links, one to each of
-    the 18 chips, 1.8 TB/s per gpu (both directions). With several racks (``b{k}.`` prefixes, racks are
+    the 18 chips, 1.8 TB/s per gpu (both directions). The 18 chips are one node here, as the other NVSwitch
+    systems' chips are (:func:`dgx_a100`, :func:`dgx2`) and as NCCL's topology model has them (one NVS node,
+    each gpu linked to it with the bandwidth of all its NVLinks): a gpu's traffic to a peer is spread over
+    all its links, which a model with a node per chip would only reach by splitting every message 18 ways
+    (single-path schedules there get one link, 50 GB/s). With several racks (``b{k}.`` prefixes, racks are
     the boxes) each gpu has a 400 Gb/s ConnectX-7 NIC (50 GB/s; four per 4-gpu compute tray, MLCommons
     GB200-NVL72 system descriptions) on a rail-optimized compute fabric. Assumptions (parameters): gpu
-    i's NIC ``b{k}.nic{i}`` sits on
-    rail switch ``rail{i % rails}`` (``rails=4``: one rail per gpu position in a compute tray), a rail
-    switch stands for its whole non-blocking fat-tree, 0.7 µs per NVLink switch hop and the NIC hops of
-    :func:`dgx_a100`. The allgather optimum of one rack is 72 * 900 / 71 = 912.68 GB/s (the cut around
-    71 gpus: one gpu's 18 links). Gpus do not forward (the NVLink and scale-out switches route).
+    i's NIC ``b{k}.nic{i}`` sits on rail switch ``rail{i % rails}`` (``rails=4``: one rail per gpu position
+    in a compute tray), a rail switch stands for its whole non-blocking fat-tree, 0.7 µs per NVLink switch
+    hop and the NIC hops of :func:`dgx_a100`. The allgather optimum of one rack is 72 * 900 / 71 = 912.68
+    GB/s (the cut around 71 gpus: one gpu's links). Gpus do not forward (the NVLink and scale-out switches
+    route).
 
     Examples
     --------
     >>> t = gb200_nvl72()
-    >>> t.num_ranks, len(t.switches), t.egress_bandwidth("gpu0")
-    (72, 18, 900.0)
+    >>> t.num_ranks, t.switches, t.egress_bandwidth("gpu0")
+    (72, ('nvs',), 900.0)
     """
     racks = integer_at_least(racks, "racks", 1)
     rails = integer_at_least(rails, "rails", 1)
     nic_bandwidth = bandwidth_value(nic_bandwidth, "nic_bandwidth")
-    within_build_limits(racks * (72 * 2 + 18) + rails, racks * 72 * 20)
+    within_build_limits(racks * (72 * 2 + 1) + rails, racks * 72 * 3)
     gpus: list[str] = []
     switches: list[str] = []
     links: list[LinkSpec] = []
     per_rack: list[list[str]] = []
     for rack in range(racks):
         rack_gpus = [boxed(racks, rack, f"gpu{i}") for i in range(72)]
-        chips = [boxed(racks, rack, f"nvs{j}") for j in range(18)]
+        nvs = boxed(racks, rack, "nvs")
         gpus += rack_gpus
-        switches += chips
-        links += [(g, chip, NVLINK5_GBPS, NVSWITCH_HOP_US) for g in rack_gpus for chip in chips]
+        switches.append(nvs)
+        links += [(g, nvs, 18 * NVLINK5_GBPS, NVSWITCH_HOP_US) for g in rack_gpus]
         per_rack.append(rack_gpus)
     if racks > 1:
         extra, scale_out = rail_scale_out(per_rack, lambda rack, i: f"b{rack}.nic{i}", lambda i: f"rail{i % rails}",
@@ -263,8 +267,8 @@ def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS)
         links += scale_out
     return Topology.build(
         "gb200-nvl72", gpus, switches, links, boxes=[r // 72 for r in range(len(gpus))] if racks > 1 else None,
-        description=f"NVIDIA GB200 NVL72, {racks} rack(s): 72 gpus per rack, one 50 GB/s NVLink 5 link from every "
-                    "gpu to each of 18 NVLink switch chips"
+        description=f"NVIDIA GB200 NVL72, {racks} rack(s): 72 gpus per rack on one NVLink switch node, 900 GB/s "
+                    "per gpu (18 NVLink 5 links)"
                     + (f"; one {nic_bandwidth:g} GB/s NIC per gpu on {rails} rails" if racks > 1 else ""))
 
 
