@@ -30,6 +30,7 @@ SHIPPED_FILES: dict[str, str] = {
     "bigraph-32": "bigraph",
     "mi300x": "mi300x",
     "mi300x-2box": "mi300x:boxes=2",
+    "gb200-nvl72": "gb200-nvl72",
 }
 
 
