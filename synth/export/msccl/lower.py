@@ -205,9 +205,10 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     """
     proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
     label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
-    if len(escape_attribute(label)) > MAX_ATTRIBUTE:
+    written = len(escape_attribute(label))
+    if written > MAX_ATTRIBUTE:
         raise InputError("", "name", f"expected at most {MAX_ATTRIBUTE} characters once escaped for XML (the "
-                         f"runtime's parser reads an attribute into {MAX_ATTRIBUTE + 1} bytes), got {len(escape_attribute(label))}")
+                         f"runtime's parser reads an attribute into {MAX_ATTRIBUTE + 1} bytes), got {written}")
     lowering = lower_locations(schedule)
     tbs = _best_layout(schedule, lowering, limits)
     used = 1 + max(tb.chan for gpu in tbs for tb in gpu)

@@ -342,10 +342,10 @@ def build(schedule: Schedule, lowering: Lowering, chan: list[int] | np.ndarray, 
                                  f"gpu {g} threadblock {steps[2]}", at_least=True)
         longest = max(longest, steps)
         nodes = parser_nodes(schedule.collective.num_ranks, tbs[g])
-        if nodes >= limits.parser_nodes and (not exact or nodes > most_nodes[0]):
+        if nodes >= limits.parser_nodes:
             if not exact:
                 raise LimitViolation(PARSER_NODES, nodes, limits.parser_nodes - 1, f"gpu {g}")
-            most_nodes = (nodes, g)
+            most_nodes = max(most_nodes, (nodes, g))
         if ancestors is not None:
             every_units[g] = units
     if longest[0] >= limits.max_steps:
