@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from synth.algorithms import synthesize
 from synth.algorithms.forest import forest, plan
-from synth.algorithms.forest.packing import pack_trees
+from synth.algorithms.forest.packing import pack_trees, shallower_trees, tree_depths
 from synth.algorithms.forest.splitting import _shortcut, split_switches
 from synth.bounds import algbw_bound, limited_trees, optimal_bound
 from synth.collectives import Kind
@@ -380,7 +380,7 @@ def tree_depth(topo: Topology, kind: Kind, spread: bool) -> int:
 @pytest.mark.parametrize(("spec", "kind", "default_depth", "spread_depth"), [
     ("switch:n=8", Kind.ALLGATHER, 6, 0),  # one switch: a ring of pairs (chains) against every pair (stars)
     ("switch:n=80", Kind.ALLGATHER, 78, 0),  # the same split an orbit at a time (box symmetry)
-    ("bigraph", Kind.REDUCESCATTER, 30, 15),  # 32 hosts, two switch layers
+    ("bigraph", Kind.REDUCESCATTER, 30, 5),  # 32 hosts, two switch layers
 ])
 def test_spread_splitting_grows_shallower_trees(spec, kind, default_depth, spread_depth):
     topo = load_topology(spec)
@@ -460,6 +460,61 @@ def test_split_and_pack_respect_capacities(topo):
             load[arc] = load.get(arc, 0) + tree.copies
     assert all(load[arc] <= logical.capacity[arc] for arc in load)
     assert sum(t.copies for t in classes) == trees * net.num_compute
+
+
+def check_packing(classes, capacity, copies, num_compute):
+    """Each class an out-tree over every gpu from its root, each root its tree count, no arc over capacity."""
+    load: dict[tuple[int, int], int] = {}
+    count = [0] * num_compute
+    for tree in classes:
+        reached = {tree.root}
+        for parent, child in tree.arcs:
+            assert parent in reached and child not in reached
+            reached.add(child)
+            load[(parent, child)] = load.get((parent, child), 0) + tree.copies
+        assert reached == set(range(num_compute)) and tree.copies > 0
+        count[tree.root] += tree.copies
+    assert count == copies
+    assert all(load[arc] <= capacity.get(arc, 0) for arc in load)
+
+
+def depth_profile(classes, hops=None):
+    return sorted((d for tree, d in zip(classes, tree_depths(classes, hops), strict=True) for _ in range(tree.copies)),
+                  reverse=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topo=random_topologies(max_gpus=6), trees=st.integers(1, 3), lengths=st.booleans())
+def test_shallower_trees_keep_the_packing_and_never_deepen(topo, trees, lengths):
+    """The depth pass packs pairs of roots again: the same tree counts within the same capacities, and
+    the forest's depths (deepest first, copies counted; in arcs or in hops) never compare higher."""
+    net = Network.from_topology(topo)
+    weights = [1] * net.num_compute
+    rate, capacities = rate_with_trees(net, weights, trees, cut_bound(net, weights).rate)
+    logical = split_switches(net, capacities, weights, trees)
+    copies = [trees] * net.num_compute
+    classes, _ = pack_trees(net.num_compute, logical.capacity, copies)
+    hops = {arc: max(len(path) - 1 for path, _ in bundles) for arc, bundles in logical.paths.items()} \
+        if lengths else None
+    shallow = shallower_trees(net.num_compute, logical.capacity, classes, hops)
+    check_packing(shallow, logical.capacity, copies, net.num_compute)
+    assert depth_profile(shallow, hops) <= depth_profile(classes, hops)
+    assert shallower_trees(net.num_compute, logical.capacity, classes, hops) == shallow  # deterministic
+
+
+def test_depth_pass_takes_the_deep_trees_of_2_mi250_from_16_arcs_to_at_most_10():
+    """The packer grows one root's trees after another, so the last roots' trees are deep; packing pairs
+    of roots again keeps the rate and every root's three trees and makes the deepest far shallower."""
+    topo = load_topology("mi250:boxes=2")
+    forest_plan = plan.build_plan(topo, max_trees=3)
+    assert forest_plan.trees == 3 and forest_plan.rate == Fraction(75, 7)
+    n = forest_plan.net.num_compute
+    packed, _ = pack_trees(n, forest_plan.logical.capacity, [3] * n)
+    check_packing(forest_plan.classes, forest_plan.logical.capacity, [3] * n, n)
+    assert max(tree_depths(packed)) == 16
+    assert max(tree_depths(forest_plan.classes)) <= 10
+    assert sum(depth_profile(forest_plan.classes)) < sum(depth_profile(packed))
+    assert forest_plan.timings["shallow"] > 0
 
 
 # ---------------------------------------------------------------------------------- box symmetry

@@ -18,7 +18,7 @@ flow - unfinished). When mu < m the class splits into mu copies that take the ar
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,9 +44,19 @@ class PackingError(RuntimeError):
     """The packing could not be completed (the capacities did not pass the flow test)."""
 
 
+class _TooDeep(Exception):  # noqa: N818  (a signal: a tree would pass the packer's depth limit)
+    pass
+
+
 class _Packer:
-    def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int]) -> None:
+    def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int],
+                 root_order: Sequence[int] | None = None, depth_limit: int | None = None,
+                 hops: Mapping[tuple[int, int], int] | None = None) -> None:
         self.n = num_compute
+        self.hops: Mapping[tuple[int, int], int] = {} if hops is None else hops  # an arc's length (default 1)
+        self.depth_limit = depth_limit
+        self.grown = 0  # arcs added to tree classes so far
+        self.root_order = list(range(num_compute)) if root_order is None else list(root_order)
         self.source = num_compute
         self.solver = FlowSolver(num_compute + 1)
         self.remaining: MutableMapping[tuple[int, int], int] = dict(capacity)
@@ -130,19 +140,21 @@ class _Packer:
         depth: dict[int, int] = {tree.root: 0}
         for x in tree.nodes:
             inside[x] = True
+        hops = self.hops
         for x, y in tree.arcs:
-            depth[y] = depth[x] + 1
+            depth[y] = depth[x] + hops.get((x, y), 1)
         return inside, depth
 
     def grow(self, tree: TreeClass, auxes: list[int], stack: list[tuple[TreeClass, list[int]]]) -> None:
         """Grow ``tree`` until it spans every gpu, shallow arcs first, then the widest."""
         inside, depth = self._membership(tree)
         heap: list[tuple[int, int, int, int]] = []
+        hops = self.hops
 
         def push_from(x: int) -> None:
             for y in self.out[x]:
                 if not inside[y] and self.remaining[(x, y)] > 0:
-                    heapq.heappush(heap, (depth[x], -self.remaining[(x, y)], x, y))
+                    heapq.heappush(heap, (depth[x] + hops.get((x, y), 1), -self.remaining[(x, y)], x, y))
 
         for x in tree.nodes:
             push_from(x)
@@ -158,10 +170,14 @@ class _Packer:
                 deferred.append(item)
             else:
                 raise PackingError(f"no arc can extend the tree of root {tree.root} ({len(tree.nodes)} nodes)")
+            reached = depth[x] + hops.get((x, y), 1)
+            if self.depth_limit is not None and reached > self.depth_limit:
+                raise _TooDeep
             tree.arcs.append((x, y))
+            self.grown += 1
             tree.nodes.append(y)
             inside[y] = True
-            depth[y] = depth[x] + 1
+            depth[y] = reached
             push_from(y)
             for item in deferred:  # a refused arc may become admissible once the tree has grown
                 heapq.heappush(heap, item)
@@ -175,7 +191,7 @@ class _Packer:
         return tree, [self._new_aux(tree.copies, tree.nodes)]
 
     def roots(self) -> list[int]:
-        return [r for r in range(self.n) if self.unstarted[r]]
+        return [r for r in self.root_order if self.unstarted[r]]
 
     def pack(self) -> list[TreeClass]:
         done: list[TreeClass] = []
@@ -522,3 +538,121 @@ def pack_trees(num_compute: int, capacity: dict[tuple[int, int], int], copies: S
         _SymmetricPacker(num_compute, capacity, copies, group)
     classes = packer.pack()
     return classes, packer.solver.calls
+
+
+#: Most tree arcs :func:`shallower_trees` may pack again in all (its attempts stop there): the pass costs
+#: time proportional to it, and on 32 gpus with a few trees per root it settles long before.
+SHALLOW_ARC_BUDGET = 150_000
+#: How many of the deepest roots :func:`shallower_trees` tries to pair with a shallow one, each round.
+SHALLOW_DEEP_ROOTS = 4
+
+
+def tree_depths(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int] | None = None) -> list[int]:
+    """Each class's depth: the longest way from its root to a gpu, in arcs or (with ``hops``) the arcs'
+    lengths (1 where not given).
+
+    Examples
+    --------
+    >>> tree_depths([TreeClass(0, 2, [(0, 1), (1, 2)], [0, 1, 2]), TreeClass(1, 1, [(1, 0), (1, 2)], [1, 0, 2])])
+    [2, 1]
+    """
+    length = {} if hops is None else hops
+    depths = []
+    for tree in classes:
+        depth = {tree.root: 0}
+        for parent, child in tree.arcs:
+            depth[child] = depth[parent] + length.get((parent, child), 1)
+        depths.append(max(depth.values()))
+    return depths
+
+
+def _depth_profile(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int]) -> list[int]:
+    """Every tree's depth (copies counted), deepest first: the order :func:`shallower_trees` lowers."""
+    return sorted((depth for tree, depth in zip(classes, tree_depths(classes, hops), strict=True)
+                   for _ in range(tree.copies)), reverse=True)
+
+
+def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
+                 copies: list[int], deep: int, other: int, best: list[int],
+                 hops: Mapping[tuple[int, int], int]) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
+    """Roots ``deep`` and ``other`` packed again on the capacity the other roots' trees leave, ``deep``
+    first and then ``other`` first: the first forest whose depth profile is below ``best`` (or None), and
+    how many arcs were grown to find out."""
+    kept = [tree for tree in classes if tree.root not in (deep, other)]
+    load: dict[tuple[int, int], int] = {}
+    for tree in kept:
+        for arc in tree.arcs:
+            load[arc] = load.get(arc, 0) + tree.copies
+    left = {arc: cap - load.get(arc, 0) for arc, cap in capacity.items() if cap > load.get(arc, 0)}
+    pair_copies = [copies[r] if r in (deep, other) else 0 for r in range(num_compute)]
+    limit = max(tree_depths([tree for tree in classes if tree.root in (deep, other)], hops))
+    grown = 0
+    for first, second in ((deep, other), (other, deep)):
+        order = [first, second] + [r for r in range(num_compute) if r not in (first, second)]
+        packer = _Packer(num_compute, left, pair_copies, order, limit, hops)
+        try:
+            candidate = kept + packer.pack()
+        except _TooDeep:
+            continue  # a tree deeper than the pair's deepest: the forest's depths cannot compare lower
+        finally:
+            grown += packer.grown
+        profile = _depth_profile(candidate, hops)
+        if profile < best:
+            return (candidate, profile), grown
+    return None, grown
+
+
+def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
+                    hops: Mapping[tuple[int, int], int] | None = None,
+                    arc_budget: int = SHALLOW_ARC_BUDGET) -> list[TreeClass]:
+    """The same packing problem's trees, made shallower by packing two roots' trees again.
+
+    The packer grows one root's trees after another, so the last roots take what capacity the others
+    left and their trees come out deep (on 2 x MI250, 5 or 6 arcs for the first roots and up to 16 or 25
+    for the last); a deep tree fills and drains its pipeline slowly, and a reduction waits on it. This pass
+    takes one of the deepest roots' trees and another root's trees out, packs the two roots again on the
+    capacity the others leave (either one first; the pair's own trees show it can be done, so Edmonds'
+    condition holds), and keeps the result where the forest's depths, deepest first and copies counted,
+    compare lower. It repeats until no pair helps or ``arc_budget`` tree arcs have been grown. Every root
+    keeps its tree count and no arc carries more than its capacity, so the forest's rate is unchanged;
+    only which trees, and how deep, changes. Deterministic.
+
+    Examples
+    --------
+    >>> capacity = {(0, 1): 2, (1, 2): 2, (2, 0): 2, (1, 0): 1, (2, 1): 1, (0, 2): 1}
+    >>> classes, _ = pack_trees(3, capacity, [1, 1, 1])
+    >>> max(tree_depths(shallower_trees(3, capacity, classes))) <= max(tree_depths(classes))
+    True
+    """
+    classes = list(classes)
+    copies = [0] * num_compute
+    for tree in classes:
+        copies[tree.root] += tree.copies
+    roots = [r for r in range(num_compute) if copies[r]]
+    if len(roots) < 2:
+        return classes
+    hops = {} if hops is None else hops
+    spent = 0
+    best = _depth_profile(classes, hops)
+    while spent < arc_budget:
+        depth_of = dict.fromkeys(roots, 0)
+        for tree, depth in zip(classes, tree_depths(classes, hops), strict=True):
+            depth_of[tree.root] = max(depth_of[tree.root], depth)
+        improved = None
+        for deep in sorted(roots, key=lambda r: (-depth_of[r], r))[:SHALLOW_DEEP_ROOTS]:
+            for other in sorted(roots, key=lambda r: (depth_of[r], r)):
+                if other == deep:
+                    continue
+                if spent >= arc_budget:
+                    break
+                improved, grown = _repack_pair(num_compute, capacity, classes, copies, deep, other, best, hops)
+                spent += grown
+                if improved is not None:
+                    break
+            if improved is not None:
+                break
+        if improved is None:
+            break
+        classes, best = improved
+    classes.sort(key=lambda tree: tree.root)
+    return classes

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from synth.algorithms.forest.packing import TreeClass, pack_trees
+from synth.algorithms.forest.packing import TreeClass, pack_trees, shallower_trees
 from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
 from synth.cuts.allgather import (
     CutBound,
@@ -166,6 +166,12 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
         mark = time.perf_counter()
         classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=used)
         timings["pack"] = time.perf_counter() - mark
+        if used is None:
+            mark = time.perf_counter()
+            # an arc through switches is as many hops as its path has links
+            hops = {arc: max(len(path) - 1 for path, _ in bundles) for arc, bundles in logical.paths.items()}
+            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops)
+            timings["shallow"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
         return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, used is not None)
