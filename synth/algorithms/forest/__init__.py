@@ -213,7 +213,7 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     >>> s.params["optimal_algbw_GBps"], congestion(s, topo).seconds_per_byte == Fraction(3, 200 * 10**9)
     (66.666667, True)
     >>> forest(load_topology("dgx1"), Kind.ALLGATHER, size="1KiB").params["variant"]
-    'k=1'
+    'k=2'
     """
     check_progress(progress)
     if size is None:
