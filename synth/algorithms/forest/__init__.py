@@ -43,14 +43,18 @@ size : int or str, optional
     The two fastest k are also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where their chunks are larger: finer
     slices fill a deep forest's pipeline sooner. From the fastest so far, the choice then steps to the
     next k, the next finer slice (``REFINE_SLICES``: 256, 128, 64 then 32 KiB, halving) or both while that
-    is faster: more trees pay off once finer slices fill them. Last, the chosen tree limit and slices are
+    is faster: more trees pay off once finer slices fill them. Where that ends beside a gap the doubling left
+    (three and seven trees), the limit halfway is built and tried too, and the search goes on from it while it
+    is faster (2 x MI250's reduce-scatter at 1 GiB: five trees per root). Then the chosen tree limit and slices are
     tried with ``spread`` splitting (see :func:`forest`) where it builds other trees, and kept where that is faster
-    (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). The chosen schedule pins its slice size in
+    (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). Last, the chosen trees are packed
+    again with a depth pass eight times as long (``POLISH_ARC_BUDGET``; only where the plan's pass stopped on its
+    budget) and kept where faster, named ``long depth pass`` in ``variant``. The chosen schedule pins its slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
     NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
     ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, with ``/spread`` for the spread
-    variant, None where a variant was cut off as slower; the optimum's k, the chosen k, slice size and
-    ``chosen_spread``) and the realised ``modelled_time_s``.
+    variant, ``/polished`` for the longer depth pass, None where a variant was cut off as slower; the optimum's k,
+    the chosen k, slice size, ``chosen_spread`` and ``chosen_polished``) and the realised ``modelled_time_s``.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
+from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
 from synth.algorithms.utils import Progress, ProgressFunction, check_progress
 from synth.collectives import Collective, Kind
@@ -353,6 +358,85 @@ def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[
             return best
 
 
+def _between(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
+             limit_of: dict[int, int | None], tried: set[int], times: dict[str, float | None],
+             build: Callable[[int], Schedule],
+             simulate: Callable[[Schedule, int | None, float], float], report: Callable[[str, str], None]
+             ) -> tuple[float, int, int | None, Schedule] | None:
+    """The tree limits halfway between the best tree count and its neighbours among ``variants``,
+    built and simulated with the best's slices (cut off at the best time); the faster variant, or None.
+
+    :func:`tree_counts` doubles, so the counts it reaches leave gaps (2 x MI250: 3 then 7 trees per root);
+    where the best lies beside a gap, the count in the middle can beat both (its reduce-scatter at 1 GiB:
+    five trees per root beat three and seven). Each new variant joins ``variants`` (and ``limit_of``), so
+    :func:`_refine` and the next call step from it; a limit whose trees repeat a known count is skipped,
+    and no limit is built twice (``tried``).
+    """
+    seconds, k, slice_bytes, _ = best
+    counts = sorted(count for count, _ in variants)
+    i = counts.index(k)
+    middles = [(k + counts[i + 1]) // 2] if i + 1 < len(counts) else []
+    if i > 0:
+        middles.append((counts[i - 1] + k) // 2)
+    found = None
+    for limit in middles:
+        if limit in counts or limit in tried or limit in limit_of.values():
+            continue
+        tried.add(limit)
+        try:
+            variant = build(limit)
+        except LimitError:
+            continue
+        new_k = _trees(variant)
+        limit_of.setdefault(new_k, limit)
+        if new_k in counts:
+            continue  # the limit reaches its best rate with a known count: the same trees
+        variants.append((new_k, variant))
+        counts = sorted(count for count, _ in variants)
+        key = str(new_k) if slice_bytes is None else f"{new_k}/{slice_bytes}"
+        try:
+            time_s = simulate(variant, slice_bytes, seconds if found is None else found[0])
+        except LimitError:
+            continue
+        times[key] = time_s if math.isfinite(time_s) else None
+        report("size choice", _variant_text(new_k, slice_bytes, times[key]))
+        if time_s < (seconds if found is None else found[0]):
+            found = (time_s, new_k, slice_bytes, variant)
+    return found
+
+
+#: The depth pass's budget (tree arcs) for the size choice's last step, which packs the chosen variant's trees
+#: again with it (:func:`_polish`): eight times the plan's (:data:`~synth.algorithms.forest.packing.SHALLOW_ARC_BUDGET`),
+#: spent once per size choice rather than on every plan (2 x MI250, five trees per root: 5 s -> 32 s).
+POLISH_ARC_BUDGET = 8 * SHALLOW_ARC_BUDGET
+
+
+def _polish(best: tuple[float, int, int | None, Schedule], times: dict[str, float | None],
+            report: Callable[[str, str], None], build: Callable[[], Schedule],
+            simulate: Callable[[Schedule, int | None, float], float]) -> tuple[float, int, int | None, Schedule]:
+    """The best variant, or its trees made shallower by a longer depth pass (:data:`POLISH_ARC_BUDGET`)
+    where that is faster (simulated once at the best's slices, cut off at the best time; recorded under
+    ``k/slice/polished``). Skipped where the pass has nothing to add: plans packed with box symmetry (no
+    pass), and passes that stopped before the plan's budget (the same trees come back)."""
+    seconds, k, slice_bytes, schedule = best
+    if any(value is True for key, value in schedule.params.items() if key.endswith("box_symmetry")):
+        return best
+    try:
+        variant = build()
+    except LimitError:
+        return best
+    if variant.transfers == schedule.transfers:
+        return best  # the plan's pass had converged: the same trees
+    key = f"{k}/polished" if slice_bytes is None else f"{k}/{slice_bytes}/polished"
+    try:
+        found = simulate(variant, slice_bytes, seconds)
+    except LimitError:
+        return best
+    times[key] = found if math.isfinite(found) else None
+    report("size choice", _variant_text(k, slice_bytes, times[key]) + " (longer depth pass)")
+    return (found, k, slice_bytes, variant) if found < seconds else best
+
+
 def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
                    pipelined: bool, symmetric: bool | None, report: Callable[[str, str], None],
                    spread: bool = False) -> Schedule:
@@ -405,20 +489,37 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         if seconds < best[0]:
             best = (seconds, k, FINE_SLICE_BYTES, schedule)
         report("size choice", _variant_text(k, FINE_SLICE_BYTES, times[f"{k}/{FINE_SLICE_BYTES}"]))
-    best = _refine(best, variants, times, topology, size, report)
+    simulate = lambda schedule, slice_bytes, cutoff: evaluate(  # noqa: E731
+        schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff).time_s
+    tried: set[int] = set()
+    while True:
+        best = _refine(best, variants, times, topology, size, report)
+        between = _between(best, variants, limit_of, tried, times,
+                           lambda limit: _forest(topology, kind, None, root, limit, pipelined, symmetric, spread),
+                           simulate, report)
+        if between is None:
+            break
+        best = between
     chosen_spread = spread
+    chosen_limit = limit_of[best[1]]
     if not spread:
-        best, chosen_spread = _try_spread(best, limit_of[best[1]], times, report,
+        best, chosen_spread = _try_spread(best, chosen_limit, times, report,
                                           lambda limit: _forest(topology, kind, None if limit else chunks, root, limit,
                                                                 pipelined, symmetric, True),
-                                          lambda schedule, slice_bytes, cutoff: evaluate(
-                                              schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff).time_s)
+                                          simulate)
+    unpolished = best
+    best = _polish(best, times, report,
+                   lambda: _forest(topology, kind, None if chosen_limit else chunks, root, chosen_limit, pipelined,
+                                   symmetric, chosen_spread, POLISH_ARC_BUDGET),
+                   simulate)
     seconds, k, slice_bytes, schedule = best
     report("done", "chose " + _variant_text(k, slice_bytes, seconds, chosen_spread and not spread))
     extra: dict[str, Any] = {
-        "size": size, "variant": f"k={k}" + (", spread" if chosen_spread else ""), "modelled_time_s": seconds,
+        "size": size, "variant": f"k={k}" + (", spread" if chosen_spread else "")
+        + (", long depth pass" if best is not unpolished else ""), "modelled_time_s": seconds,
         "size_choice": {"model": "flow", "optimal_trees_per_root": trees, "chosen_trees_per_root": k,
-                        "chosen_slice_bytes": slice_bytes, "chosen_spread": chosen_spread, "time_s": times}}
+                        "chosen_slice_bytes": slice_bytes, "chosen_spread": chosen_spread,
+                        "chosen_polished": best is not unpolished, "time_s": times}}
     if slice_bytes is not None:
         extra["plan"] = {**schedule.params.get("plan", {}), "slice_bytes": slice_bytes}
     return _with_params(schedule, extra)
@@ -445,7 +546,8 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
 
 
 def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
-                  pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False) -> TreeSchedule:
+                  pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False,
+                  shallow_budget: int = SHALLOW_ARC_BUDGET) -> TreeSchedule:
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -469,7 +571,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
         plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit, max_arcs=max_arcs,
-                        spread=spread)
+                        spread=spread, shallow_budget=shallow_budget)
         per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
         collective = Collective(kind, n, plan.trees * per_copy, root)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -483,7 +585,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         raise InputError("", "root", f"{kind} takes no root")
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric,
-                        max_arcs=max_arcs, spread=spread)
+                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget)
         per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
         collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -494,7 +596,8 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
-    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs, spread=spread)
+    gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs, spread=spread,
+                      shallow_budget=shallow_budget)
     if pipelined:
         if not is_symmetric(topology):
             raise NotApplicable("pipelined allreduce reduces and broadcasts over the same trees, which needs every "
@@ -502,7 +605,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         scatter = gather
     else:
         scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs,
-                           spread=spread)
+                           spread=spread, shallow_budget=shallow_budget)
     block = math.lcm(gather.trees, scatter.trees)
     block *= _check_chunks(chunks, n * block, "gpus x trees per root")
     collective = Collective(kind, n, n * block, None)
@@ -516,7 +619,8 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
 
 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
-            pipelined: bool, symmetric: bool | None, spread: bool = False) -> Schedule:
+            pipelined: bool, symmetric: bool | None, spread: bool = False,
+            shallow_budget: int = SHALLOW_ARC_BUDGET) -> Schedule:
     from synth import limits
 
     n = topology.num_ranks
@@ -525,4 +629,4 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
                            hint="forest_trees builds its trees form, which has no transfers")  # before the plan
     max_arcs = int(limits.limit_value("max_transfers"))  # each tree arc is at least one transfer
     return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs,
-                         spread).expand()
+                         spread, shallow_budget).expand()

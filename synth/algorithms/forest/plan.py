@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from synth.algorithms.forest.packing import TreeClass, pack_trees, shallower_trees
+from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET, TreeClass, pack_trees, shallower_trees
 from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
 from synth.cuts.allgather import (
     CutBound,
@@ -128,13 +128,15 @@ SYMMETRY_MIN_GPUS = 64
 
 def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
                max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
-               spread: bool = False) -> ForestPlan:
+               spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
 
     ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
     the topology has it: None (default) from :data:`SYMMETRY_MIN_GPUS` gpus on, True whenever possible,
     False never. It needs one root per gpu (allgather, reduce-scatter, allreduce). ``spread``: split the
-    switches into many light pairs (see :func:`~synth.algorithms.forest.splitting.split_switches`)."""
+    switches into many light pairs (see :func:`~synth.algorithms.forest.splitting.split_switches`).
+    ``shallow_budget``: the depth pass's budget in tree arcs (:func:`~synth.algorithms.forest.packing.shallower_trees`),
+    for plans packed without symmetry."""
     started = time.perf_counter()
     net = Network.from_topology(topology, reverse=reverse)
     weights = _weights(topology, root)
@@ -170,7 +172,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
             mark = time.perf_counter()
             # an arc through switches is as many hops as its path has links
             hops = {arc: max(len(path) - 1 for path, _ in bundles) for arc, bundles in logical.paths.items()}
-            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops)
+            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops, shallow_budget)
             timings["shallow"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
@@ -224,14 +226,14 @@ def is_symmetric(topology: Topology) -> bool:
                for u, v, data in graph.edges(data=True))
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool],
+_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int],
                     tuple[Topology, ForestPlan]] = OrderedDict()
 _CACHE_SIZE = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
              max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
-             spread: bool = False) -> ForestPlan:
+             spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET) -> ForestPlan:
     """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
 
     On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
@@ -239,12 +241,12 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     backwards."""
     if reverse and is_symmetric(topology):
         reverse = False
-    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread)
+    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         _CACHE.move_to_end(key)
         return hit[1]
-    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread)
+    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget)
     _CACHE[key] = (topology, plan)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
