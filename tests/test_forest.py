@@ -858,3 +858,35 @@ def test_generate_says_which_variant_forest_chose_for_the_size(tmp_path, capsys,
     assert f"fastest of {len(choice['time_s'])} variants simulated at 64MiB: {fmt_time(params['modelled_time_s'])}" in line
     plain = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "forest", "-o", str(output)], capsys, monkeypatch)
     assert plain.code == 0 and "chose" not in plain.out  # no size, no choice to report
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topo=random_topologies(max_gpus=6), least=st.integers(1, 6), kind=st.sampled_from([Kind.BROADCAST, Kind.ALLGATHER]),
+       spread=st.booleans())
+def test_min_trees_per_root_keeps_the_optimum_with_at_least_that_many_trees(topo, least, kind, spread):
+    """More trees than the optimum needs still reach it exactly: the schedule verifies, every root has at
+    least ``least`` trees, and the congestion time is the optimum's."""
+    try:
+        optimal = forest(topo, kind)
+    except (InfeasibleError, NotApplicable):
+        assume(False)
+    schedule = forest(topo, kind, min_trees_per_root=least, spread=spread)
+    verify(schedule, topo)
+    assert schedule.params["tree_trees_per_root"] >= least
+    assert schedule.params["gap_percent"] == 0.0
+    assert congestion(schedule, topo).seconds_per_byte == congestion(optimal, topo).seconds_per_byte
+    assert forest(topo, kind, min_trees_per_root=least, spread=spread).transfers == schedule.transfers
+
+
+def test_more_trees_from_one_root_on_nvl72_are_shallow_not_a_chain():
+    """GB200 NVL72's broadcast optimum takes one tree from the root, a chain through all 72 gpus; sixteen
+    spread trees at the same rate are at most 7 arcs deep. Both options together are refused."""
+    topo = load_topology("gb200-nvl72")
+    one = plan.get_plan(topo, root=0)
+    assert one.trees == 1 and max(tree_depths(one.classes)) == 71
+    many = plan.get_plan(topo, root=0, spread=True, min_trees=16)
+    assert many.trees == 16 and many.rate == one.rate and max(tree_depths(many.classes)) <= 7
+    with pytest.raises(InputError, match="not both"):
+        forest(topo, Kind.BROADCAST, min_trees_per_root=2, max_trees_per_root=4)
+    with pytest.raises(InputError, match="min_trees_per_root"):
+        forest(topo, Kind.BROADCAST, min_trees_per_root=0)

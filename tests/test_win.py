@@ -248,6 +248,37 @@ def test_size_choice_tries_five_trees_between_three_and_seven_and_a_longer_depth
     assert lower_bound(topology, kind).time(size) / polished[0] >= 0.95
 
 
+def test_size_choice_tries_more_trees_than_the_optimum_from_one_root_while_faster():
+    """A broadcast from one root over one switch: the optimum's one tree is a chain of every gpu; the size
+    choice doubles the trees per root (spread, same rate) while that is faster and stops at the first slower."""
+    topology, size = load_topology("switch:n=16"), 2**26
+    schedule = synthesize(topology, Kind.BROADCAST, "forest", size=size)
+    verify(schedule, topology)
+    choice = schedule.params["size_choice"]
+    times = choice["time_s"]
+    assert choice["optimal_trees_per_root"] == 1 and choice["chosen_more_trees"] is True
+    k, slice_bytes = choice["chosen_trees_per_root"], choice["chosen_slice_bytes"]
+    assert k > 1 and choice["chosen_spread"] is True and schedule.params["variant"] == f"k={k}, spread"
+    ladder = [times[f"{count}/{slice_bytes}/spread"] for count in (2, 4, 8, 16) if count <= k]
+    single = min(t for key, t in times.items() if t is not None and not key.endswith("/spread"))
+    assert ladder == sorted(ladder, reverse=True) and ladder[0] < single  # faster at every doubling
+    assert times[f"{2 * k}/{slice_bytes}/spread"] is None  # the next doubling was slower: cut off
+    assert schedule.params["tree_trees_per_root"] == k and schedule.params["gap_percent"] == 0.0
+    assert evaluate(schedule, topology, size).time_s == schedule.params["modelled_time_s"] == ladder[-1]
+
+
+def test_nvl72_broadcast_with_more_trees_reaches_95_percent_of_the_bound_at_1gib():
+    """The size choice's pick there (sixteen spread trees, 64 KiB slices): 96.5% of the bound, where the one
+    optimal tree (a chain of 72 gpus, 71 hops of latency to fill) reaches 78%."""
+    from synth.compare import lower_bound
+
+    topology, size = load_topology("gb200-nvl72"), 2**30
+    schedule = synthesize(topology, Kind.BROADCAST, "forest", min_trees_per_root=16, spread=True)
+    verify(schedule, topology)
+    seconds = evaluate(schedule, topology, size, slice_bytes=64 * 1024).time_s
+    assert lower_bound(topology, Kind.BROADCAST).time(size) / seconds >= 0.95
+
+
 def test_size_aware_forest_steps_through_coarser_slices_when_fine_ones_lose():
     """2 x DGX H100's broadcast at 1 GiB: 64 KiB slices lose to the rule's 512 KiB (Simple's per-step
     latency over 8 slices in flight), yet 256 and 128 KiB beat both; the search halves its way there and

@@ -26,6 +26,11 @@ Options
 max_trees_per_root : int, optional
     Use at most this many trees per root (runtimes limit channels); the schedule's params report the
     rate reached and its gap to the optimum.
+min_trees_per_root : int, optional
+    Use at least this many trees per root, still at the optimum (the first count from there that
+    reaches it). Each tree then carries a smaller share, so a gpu can feed more children and the trees
+    come out shallower: one root's trees on a single switch are a chain of every gpu with one tree, and
+    about log(n) deep with many (with ``spread``). Not with ``max_trees_per_root``.
 pipelined : bool
     Allreduce only: reduce then broadcast each chunk over the same tree.
 symmetric : bool, optional
@@ -47,7 +52,11 @@ size : int or str, optional
     (three and seven trees), the limit halfway is built and tried too, and the search goes on from it while it
     is faster (2 x MI250's reduce-scatter at 1 GiB: five trees per root). Then the chosen tree limit and slices are
     tried with ``spread`` splitting (see :func:`forest`) where it builds other trees, and kept where that is faster
-    (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). Last, the chosen trees are packed
+    (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). For one root (broadcast, reduce)
+    where the optimum's own k is the fastest, the choice instead doubles the trees per root at the optimum
+    (``min_trees_per_root``, spread where there is a switch) while that is faster, then steps to finer slices
+    while faster (GB200 NVL72's broadcast at 1 GiB: one tree, a chain of 72 gpus, 78% of the bound; sixteen,
+    96.5%); ``chosen_more_trees`` records it. Last, the chosen trees are packed
     again with a depth pass eight times as long (``POLISH_ARC_BUDGET``; only where the plan's pass stopped on its
     budget) and kept where faster, named ``long depth pass`` in ``variant``. The chosen schedule pins its slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
@@ -197,7 +206,8 @@ def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Frac
 
 def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
            max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
-           size: int | str | None = None, progress: ProgressFunction | None = None, spread: bool = False) -> Schedule:
+           size: int | str | None = None, progress: ProgressFunction | None = None, spread: bool = False,
+           min_trees_per_root: int | None = None) -> Schedule:
     """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
 
     The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
@@ -222,12 +232,14 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     """
     check_progress(progress)
     if size is None:
-        return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread)
+        return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
+                       min_trees=min_trees_per_root)
     from synth.units import parse_size
 
     nbytes = parse_size(size, "size")
-    if max_trees_per_root is not None:
-        schedule = _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread)
+    if max_trees_per_root is not None or min_trees_per_root is not None:
+        schedule = _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
+                           min_trees=min_trees_per_root)
         return _with_params(schedule, {"size": nbytes})
     return _best_for_size(topology, kind, nbytes, chunks, root, pipelined, symmetric, _reporter(kind, progress),
                           spread)
@@ -405,6 +417,64 @@ def _between(best: tuple[float, int, int | None, Schedule], variants: list[tuple
     return found
 
 
+def _key(k: int, slice_bytes: int | None, spread: bool) -> str:
+    """A variant's key in ``size_choice``: ``k``, ``k/slice_bytes``, and ``/spread`` where spread built it."""
+    return (str(k) if slice_bytes is None else f"{k}/{slice_bytes}") + ("/spread" if spread else "")
+
+
+def _more_trees(best: tuple[float, int, int | None, Schedule], size: int, times: dict[str, float | None],
+                report: Callable[[str, str], None], build: Callable[[int], Schedule],
+                simulate: Callable[[Schedule, int | None, float], float], spread: bool
+                ) -> tuple[float, int, int | None, Schedule] | None:
+    """One root's trees (broadcast, reduce) where the optimum's own count is the fastest so far: the optimum
+    with twice, four times, ... as many trees per root (``min_trees_per_root``), while that is faster (each
+    at the best's slices, cut off at the best time), then the next finer slices of :data:`REFINE_SLICES`
+    while faster. Returns the fastest found, or None.
+
+    With one tree per root the optimum from one root is often a chain through every gpu (every gpu's
+    egress carries the whole stream to one child): on GB200 NVL72 a chain of 72, whose fill costs 71
+    hops' latency. With k trees each carries 1/k, so a gpu can feed k children and the trees come out
+    about log_k(n) deep (``spread`` gives a switch's gpus the many partners that takes).
+    """
+    current = best
+    found = None
+    count = 2 * best[1]
+    while True:
+        try:
+            variant = build(count)
+        except LimitError:
+            break
+        k, slice_bytes = _trees(variant), current[2]
+        key = _key(k, slice_bytes, spread)
+        if key in times:
+            break
+        time_s = simulate(variant, slice_bytes, current[0])
+        times[key] = time_s if math.isfinite(time_s) else None
+        report("size choice", _variant_text(k, slice_bytes, times[key], spread))
+        if time_s >= current[0]:
+            break
+        current = found = (time_s, k, slice_bytes, variant)
+        count = 2 * k
+    if found is None:
+        return None
+    slices: list[int | None] = [None, *REFINE_SLICES]
+    for finer in slices[slices.index(found[2]) + 1:]:
+        time_s, k, _, variant = found
+        if finer is not None and size / variant.chunks <= finer:
+            break
+        key = _key(k, finer, spread)
+        try:
+            seconds = simulate(variant, finer, time_s)
+        except LimitError:
+            break
+        times[key] = seconds if math.isfinite(seconds) else None
+        report("size choice", _variant_text(k, finer, times[key], spread))
+        if seconds >= time_s:
+            break
+        found = (seconds, k, finer, variant)
+    return found
+
+
 #: The depth pass's budget (tree arcs) for the size choice's last step, which packs the chosen variant's trees
 #: again with it (:func:`_polish`): eight times the plan's (:data:`~synth.algorithms.forest.packing.SHALLOW_ARC_BUDGET`),
 #: spent once per size choice rather than on every plan (2 x MI250, five trees per root: 5 s -> 32 s).
@@ -502,16 +572,26 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         best = between
     chosen_spread = spread
     chosen_limit = limit_of[best[1]]
-    if not spread:
+    more = None
+    if kind in (Kind.BROADCAST, Kind.REDUCE) and best[1] == trees:
+        more_spread = spread or bool(topology.switches)
+        more = _more_trees(best, size, times, report,
+                           lambda count: _forest(topology, kind, chunks, root, None, pipelined, symmetric, more_spread,
+                                                 min_trees=count),
+                           simulate, more_spread)
+    if more is not None:
+        best, chosen_spread = more, more_spread
+    elif not spread:
         best, chosen_spread = _try_spread(best, chosen_limit, times, report,
                                           lambda limit: _forest(topology, kind, None if limit else chunks, root, limit,
                                                                 pipelined, symmetric, True),
                                           simulate)
     unpolished = best
-    best = _polish(best, times, report,
-                   lambda: _forest(topology, kind, None if chosen_limit else chunks, root, chosen_limit, pipelined,
-                                   symmetric, chosen_spread, POLISH_ARC_BUDGET),
-                   simulate)
+    if kind not in (Kind.BROADCAST, Kind.REDUCE):  # one root's trees have no pair of roots to pack again
+        best = _polish(best, times, report,
+                       lambda: _forest(topology, kind, None if chosen_limit else chunks, root, chosen_limit, pipelined,
+                                       symmetric, chosen_spread, POLISH_ARC_BUDGET),
+                       simulate)
     seconds, k, slice_bytes, schedule = best
     report("done", "chose " + _variant_text(k, slice_bytes, seconds, chosen_spread and not spread))
     extra: dict[str, Any] = {
@@ -519,7 +599,8 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         + (", long depth pass" if best is not unpolished else ""), "modelled_time_s": seconds,
         "size_choice": {"model": "flow", "optimal_trees_per_root": trees, "chosen_trees_per_root": k,
                         "chosen_slice_bytes": slice_bytes, "chosen_spread": chosen_spread,
-                        "chosen_polished": best is not unpolished, "time_s": times}}
+                        "chosen_polished": best is not unpolished, "chosen_more_trees": more is not None,
+                        "time_s": times}}
     if slice_bytes is not None:
         extra["plan"] = {**schedule.params.get("plan", {}), "slice_bytes": slice_bytes}
     return _with_params(schedule, extra)
@@ -527,7 +608,8 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
 
 def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
                  max_trees_per_root: int | None = None, pipelined: bool = False,
-                 symmetric: bool | None = None, spread: bool = False) -> TreeSchedule:
+                 symmetric: bool | None = None, spread: bool = False,
+                 min_trees_per_root: int | None = None) -> TreeSchedule:
     """The forest schedule in the compact trees form (:mod:`synth.trees`), without building its transfers.
 
     Takes :func:`forest`'s options except ``size`` (choosing for a size runs the flow model on the
@@ -542,12 +624,13 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     >>> form.num_transfers(), form.expand().transfers == forest(topo, Kind.ALLGATHER).transfers
     (336, True)
     """
-    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None, spread)
+    return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None, spread,
+                         min_trees=min_trees_per_root)
 
 
 def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
                   pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False,
-                  shallow_budget: int = SHALLOW_ARC_BUDGET) -> TreeSchedule:
+                  shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None) -> TreeSchedule:
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -571,7 +654,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
         plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit, max_arcs=max_arcs,
-                        spread=spread, shallow_budget=shallow_budget)
+                        spread=spread, shallow_budget=shallow_budget, min_trees=min_trees)
         per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
         collective = Collective(kind, n, plan.trees * per_copy, root)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -585,7 +668,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         raise InputError("", "root", f"{kind} takes no root")
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric,
-                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget)
+                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget, min_trees=min_trees)
         per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
         collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -597,7 +680,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
     gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs, spread=spread,
-                      shallow_budget=shallow_budget)
+                      shallow_budget=shallow_budget, min_trees=min_trees)
     if pipelined:
         if not is_symmetric(topology):
             raise NotApplicable("pipelined allreduce reduces and broadcasts over the same trees, which needs every "
@@ -605,7 +688,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         scatter = gather
     else:
         scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs,
-                           spread=spread, shallow_budget=shallow_budget)
+                           spread=spread, shallow_budget=shallow_budget, min_trees=min_trees)
     block = math.lcm(gather.trees, scatter.trees)
     block *= _check_chunks(chunks, n * block, "gpus x trees per root")
     collective = Collective(kind, n, n * block, None)
@@ -620,7 +703,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
             pipelined: bool, symmetric: bool | None, spread: bool = False,
-            shallow_budget: int = SHALLOW_ARC_BUDGET) -> Schedule:
+            shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None) -> Schedule:
     from synth import limits
 
     n = topology.num_ranks
@@ -629,4 +712,4 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
                            hint="forest_trees builds its trees form, which has no transfers")  # before the plan
     max_arcs = int(limits.limit_value("max_transfers"))  # each tree arc is at least one transfer
     return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs,
-                         spread, shallow_budget).expand()
+                         spread, shallow_budget, min_trees).expand()

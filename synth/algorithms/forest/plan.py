@@ -89,10 +89,25 @@ MAX_TREE_COUNT_TRIES = 256
 
 
 def _candidates(net: Network, weights: list[int], optimum: CutBound, max_trees: int | None,
-                max_arcs: int | None = None) -> Iterator[tuple[Fraction, int, list[int]]]:
+                max_arcs: int | None = None, min_trees: int | None = None) -> Iterator[tuple[Fraction, int, list[int]]]:
     """(rate, k, capacities) to try in order: the best rate first, then the fewest trees; at most
-    ``max_arcs`` tree arcs (and the ``max_tree_arcs`` limit)."""
+    ``max_arcs`` tree arcs (and the ``max_tree_arcs`` limit). With ``min_trees``: the optimum with at least
+    that many trees per root (a multiple of the count that always reaches it, where no smaller one does)."""
     limit = _tree_limit(net, weights, max_arcs)
+    if min_trees is not None:
+        if isinstance(min_trees, bool) or not isinstance(min_trees, int) or min_trees < 1:
+            raise InputError("", "min_trees_per_root", f"expected a positive integer, got {min_trees!r}")
+        if max_trees is not None:
+            raise InputError("", "min_trees_per_root", "give min_trees_per_root or max_trees_per_root, not both")
+        enough = lcd_trees(net, optimum.rate)
+        least = -(-min_trees // enough) * enough  # k * b(e) / rate is an integer on every arc: always feasible
+        if least > limit:
+            raise LimitError(f"min_trees_per_root={min_trees} needs {least} trees per root, over the "
+                             f"{_arc_cap(max_arcs):,} tree arcs allowed (SYNTH_MAX_TREE_ARCS): use at most {limit}")
+        for k, caps in optimal_tree_counts(net, weights, optimum, least):  # ends with least at the latest
+            if k >= min_trees:
+                yield optimum.rate, k, caps
+        return
     if max_trees is None:
         enough = lcd_trees(net, optimum.rate)  # always reaches the optimum; a smaller k often does too
         tries = 0
@@ -128,7 +143,8 @@ SYMMETRY_MIN_GPUS = 64
 
 def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
                max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
-               spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET) -> ForestPlan:
+               spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET,
+               min_trees: int | None = None) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
 
     ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
@@ -136,7 +152,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     False never. It needs one root per gpu (allgather, reduce-scatter, allreduce). ``spread``: split the
     switches into many light pairs (see :func:`~synth.algorithms.forest.splitting.split_switches`).
     ``shallow_budget``: the depth pass's budget in tree arcs (:func:`~synth.algorithms.forest.packing.shallower_trees`),
-    for plans packed without symmetry."""
+    for plans packed without symmetry. ``min_trees``: the optimum with at least that many trees per root."""
     started = time.perf_counter()
     net = Network.from_topology(topology, reverse=reverse)
     weights = _weights(topology, root)
@@ -147,7 +163,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     if root is None and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
         group = symmetry_group(net, topology, weights)
     failures = []
-    for rate, trees, capacities in _candidates(net, weights, optimum, max_trees, max_arcs):
+    for rate, trees, capacities in _candidates(net, weights, optimum, max_trees, max_arcs, min_trees):
         mark = time.perf_counter()
         used = group
         try:
@@ -226,14 +242,15 @@ def is_symmetric(topology: Topology) -> bool:
                for u, v, data in graph.edges(data=True))
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int],
+_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int, int | None],
                     tuple[Topology, ForestPlan]] = OrderedDict()
 _CACHE_SIZE = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
              max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
-             spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET) -> ForestPlan:
+             spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET,
+             min_trees: int | None = None) -> ForestPlan:
     """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
 
     On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
@@ -241,12 +258,12 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     backwards."""
     if reverse and is_symmetric(topology):
         reverse = False
-    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget)
+    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         _CACHE.move_to_end(key)
         return hit[1]
-    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget)
+    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees)
     _CACHE[key] = (topology, plan)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
