@@ -475,6 +475,21 @@ def _more_trees(best: tuple[float, int, int | None, Schedule], size: int, times:
     return found
 
 
+def _refine_with_halfway(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
+                         limit_of: dict[int, int | None], times: dict[str, float | None], topology: Topology,
+                         size: int, report: Callable[[str, str], None],
+                         simulate: Callable[[Schedule, int | None, float], float],
+                         build: Callable[[int], Schedule]) -> tuple[float, int, int | None, Schedule]:
+    """:func:`_refine`, then :func:`_between` from where it stops, and again while that finds a faster count."""
+    tried: set[int] = set()
+    while True:
+        best = _refine(best, variants, times, topology, size, report)
+        between = _between(best, variants, limit_of, tried, times, build, simulate, report)
+        if between is None:
+            return best
+        best = between
+
+
 #: The depth pass's budget (tree arcs) for the size choice's last step, which packs the chosen variant's trees
 #: again with it (:func:`_polish`): eight times the plan's (:data:`~synth.algorithms.forest.packing.SHALLOW_ARC_BUDGET`),
 #: spent once per size choice rather than on every plan (2 x MI250, five trees per root: 5 s -> 32 s).
@@ -561,15 +576,8 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         report("size choice", _variant_text(k, FINE_SLICE_BYTES, times[f"{k}/{FINE_SLICE_BYTES}"]))
     simulate = lambda schedule, slice_bytes, cutoff: evaluate(  # noqa: E731
         schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff).time_s
-    tried: set[int] = set()
-    while True:
-        best = _refine(best, variants, times, topology, size, report)
-        between = _between(best, variants, limit_of, tried, times,
-                           lambda limit: _forest(topology, kind, None, root, limit, pipelined, symmetric, spread),
-                           simulate, report)
-        if between is None:
-            break
-        best = between
+    best = _refine_with_halfway(best, variants, limit_of, times, topology, size, report, simulate,
+                                lambda limit: _forest(topology, kind, None, root, limit, pipelined, symmetric, spread))
     chosen_spread = spread
     chosen_limit = limit_of[best[1]]
     more = None
