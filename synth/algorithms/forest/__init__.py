@@ -282,7 +282,7 @@ def _try_spread(best: tuple[float, int, int | None, Schedule], limit: int | None
     if variant.transfers == schedule.transfers and variant.chunks == schedule.chunks:
         return best, False  # the same trees: nothing to simulate
     spread_k = _trees(variant)
-    key = f"{spread_k}/spread" if slice_bytes is None else f"{spread_k}/{slice_bytes}/spread"
+    key = _key(spread_k, slice_bytes, True)
     try:
         seconds = simulate(variant, slice_bytes, best[0])
     except LimitError:
@@ -354,7 +354,7 @@ def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[
             if i + di >= len(counts) or j + dj >= len(slices):
                 continue
             k2, slice2 = counts[i + di], slices[j + dj]
-            key = str(k2) if slice2 is None else f"{k2}/{slice2}"
+            key = _key(k2, slice2, False)
             schedule = by_count[k2]
             if key in times or (slice2 is not None and size / schedule.chunks <= slice2):
                 continue  # measured already, or its chunks are no larger than the slice
@@ -405,7 +405,7 @@ def _between(best: tuple[float, int, int | None, Schedule], variants: list[tuple
             continue  # the limit reaches its best rate with a known count: the same trees
         variants.append((new_k, variant))
         counts = sorted(count for count, _ in variants)
-        key = str(new_k) if slice_bytes is None else f"{new_k}/{slice_bytes}"
+        key = _key(new_k, slice_bytes, False)
         try:
             time_s = simulate(variant, slice_bytes, seconds if found is None else found[0])
         except LimitError:
