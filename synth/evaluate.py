@@ -137,7 +137,8 @@ class Model:
 
     ``protocols``: the model charges protocol costs (else only ``ideal`` applies); ``slicing``: it
     streams chunks in the plan's slices (else every chunk is one slice); ``cutoff``: the function takes
-    a ``cutoff=`` keyword (seconds) and returns ``inf`` as soon as it knows the time would exceed it.
+    a ``cutoff=`` keyword (seconds) and returns ``inf`` as soon as it knows the time would exceed it;
+    ``work_limit``: it takes a ``work_limit=`` keyword and raises :class:`~synth.errors.LimitError` past it.
     """
 
     name: str
@@ -145,15 +146,16 @@ class Model:
     protocols: bool
     slicing: bool
     cutoff: bool = False
+    work_limit: bool = False
 
 
 MODELS: dict[str, Model] = {}
 
 
 def register_model(name: str, function: Callable[..., float], *, protocols: bool, slicing: bool,
-                   cutoff: bool = False) -> None:
+                   cutoff: bool = False, work_limit: bool = False) -> None:
     """Register a timing model (see :class:`Model`)."""
-    MODELS[name] = Model(name, function, protocols, slicing, cutoff)
+    MODELS[name] = Model(name, function, protocols, slicing, cutoff, work_limit)
 
 
 def _load_optional_models() -> None:
@@ -218,7 +220,8 @@ def candidate_plans(schedule: Schedule | TreeSchedule, size: int, model: Model, 
 
 
 def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes: Iterable[int], model: str = "flow",
-                   options: PlanOptions | None = None, cutoff: float | None = None) -> list[Evaluation]:
+                   options: PlanOptions | None = None, cutoff: float | None = None,
+                   work_limit: int | None = None) -> list[Evaluation]:
     """Evaluate a schedule at several message sizes (the congestion report is computed once).
 
     With protocol auto, each protocol is simulated unless its lower bound (the congestion time at the
@@ -228,6 +231,10 @@ def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes:
 
     ``cutoff`` (seconds): a caller choosing among candidates that only needs to know whether this one
     is faster; a size whose time would exceed it is reported with ``time_s`` = ``inf``.
+
+    ``work_limit``: the most link-sharing work one simulation may do (models that support it, such as
+    ``flow``: see :func:`synth.flow.simulate`), past which :class:`~synth.errors.LimitError` is raised; for
+    callers that try optional candidates (forest's size choice).
 
     A schedule in the trees form (:mod:`synth.trees`): the congestion time comes from its trees and the
     flow model streams its transfers (past the transfer limit); other models get its expansion.
@@ -259,10 +266,12 @@ def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes:
                     best = (seconds, plan)
                 continue
             limit = cutoff if best is None else best[0] if cutoff is None else min(cutoff, best[0])
+            keywords: dict[str, Any] = {}
             if limit is not None and chosen_model.cutoff:
-                seconds = chosen_model.function(schedule, topology, size, plan, cutoff=limit)
-            else:
-                seconds = chosen_model.function(schedule, topology, size, plan)
+                keywords["cutoff"] = limit
+            if work_limit is not None and chosen_model.work_limit:
+                keywords["work_limit"] = work_limit
+            seconds = chosen_model.function(schedule, topology, size, plan, **keywords)
             if best is None or seconds < best[0]:
                 best = (seconds, plan)
         assert best is not None
@@ -287,7 +296,8 @@ def _check_work(schedule: Schedule | TreeSchedule, size: int, plan: Plan) -> Non
 
 
 def evaluate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, model: str = "flow",
-             options: PlanOptions | None = None, cutoff: float | None = None, **plan: Any) -> Evaluation:
+             options: PlanOptions | None = None, cutoff: float | None = None, work_limit: int | None = None,
+             **plan: Any) -> Evaluation:
     """Evaluate a schedule at one message size with the chosen model and plan.
 
     Plan fields may be given as ``options`` or as keywords (``protocol=``, ``slice_bytes=``,
@@ -309,7 +319,7 @@ def evaluate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, m
         if unknown:
             raise InputError("", sorted(unknown)[0], "unknown plan option; expected protocol, slice_bytes, slices, window")
         options = PlanOptions(**{**(options.to_dict() if options else {}), **plan})
-    return evaluate_sizes(schedule, topology, [size], model, options, cutoff)[0]
+    return evaluate_sizes(schedule, topology, [size], model, options, cutoff, work_limit)[0]
 
 
 def protocol_costs_table() -> Mapping[str, Mapping[str, float]]:
@@ -319,4 +329,4 @@ def protocol_costs_table() -> Mapping[str, Mapping[str, float]]:
                       "slice_bytes": c.slice_bytes} for p, c in PROTOCOL_COSTS.items()}
 
 
-register_model("flow", simulate, protocols=True, slicing=True, cutoff=True)
+register_model("flow", simulate, protocols=True, slicing=True, cutoff=True, work_limit=True)

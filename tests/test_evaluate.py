@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from strategies import topologies
 
 from synth import Collective, Kind, Topology, evaluate, load_topology, synthesize, verify
-from synth.errors import InputError
+from synth.errors import InputError, LimitError
 from synth.evaluate import GIGA, MICRO, congestion, metrics
-from synth.flow import _MaxMin, simulate
+from synth.flow import _MaxMin, simulate, simulate_detailed
 from synth.plan import make_plan
 from synth.schedule import ScheduleBuilder
 
@@ -466,3 +466,22 @@ def test_cutoff_only_stops_a_simulation_that_cannot_finish_in_time(name, kind, a
     assert evaluate(schedule, topology, size).time_s == best
     assert evaluate(schedule, topology, size, cutoff=best * 0.999).time_s == float("inf")
     assert evaluate(schedule, topology, size, cutoff=best).time_s == best
+
+
+@pytest.mark.parametrize("name,kind,algorithm,size", [
+    ("dgx-a100:boxes=2", "allgather", "forest", 2**24), ("switch:n=8", "alltoall", "direct", 2**22)])
+def test_work_limit_stops_only_a_simulation_whose_link_sharing_costs_more(name, kind, algorithm, size):
+    topology = load_topology(name)
+    schedule = synthesize(topology, kind, algorithm)
+    plan = make_plan(schedule.collective.chunks, size, "Simple", slices=4)
+    full = simulate_detailed(schedule, topology, size, plan)
+    assert full.sharing_work > 0  # these paths share links: rates come from progressive filling
+    # a limit at the work done leaves the time as it was; one below it stops the simulation
+    assert simulate_detailed(schedule, topology, size, plan, work_limit=full.sharing_work) == full
+    with pytest.raises(LimitError, match="work limit"):
+        simulate(schedule, topology, size, plan, work_limit=full.sharing_work - 1)
+    # through evaluate, for the flow model (the one that supports it)
+    assert evaluate(schedule, topology, size, protocol="Simple", slices=4,
+                    work_limit=full.sharing_work).time_s == full.time_s
+    with pytest.raises(LimitError):
+        evaluate(schedule, topology, size, protocol="Simple", slices=4, work_limit=full.sharing_work - 1)

@@ -267,6 +267,25 @@ def test_size_choice_tries_more_trees_than_the_optimum_from_one_root_while_faste
     assert evaluate(schedule, topology, size).time_s == schedule.params["modelled_time_s"] == ladder[-1]
 
 
+def test_size_choice_skips_a_refinement_over_the_work_limit_and_says_so(monkeypatch):
+    """A refinement whose simulation's link sharing passes SIZE_CHOICE_WORK_LIMIT is skipped, reported as
+    not simulated, and left out of ``size_choice``: the choice is the fastest of what was simulated. (With
+    the limit at one unit every refinement that shares a link is skipped: the ladder above never starts.)"""
+    import synth.algorithms.forest as forest_module
+
+    monkeypatch.setattr(forest_module, "SIZE_CHOICE_WORK_LIMIT", 1)
+    topology, size = load_topology("switch:n=16"), 2**26
+    messages: list[str] = []
+    schedule = forest_module.forest(topology, Kind.BROADCAST, size=size,
+                                    progress=lambda event: messages.append(event.message))
+    verify(schedule, topology)
+    choice = schedule.params["size_choice"]
+    assert any(message.endswith("not simulated (over a simulation limit)") for message in messages)
+    assert choice["chosen_more_trees"] is False and not any(key.endswith("/spread") for key in choice["time_s"])
+    simulated = [seconds for seconds in choice["time_s"].values() if seconds is not None]
+    assert schedule.params["modelled_time_s"] == min(simulated) == evaluate(schedule, topology, size).time_s
+
+
 def test_nvl72_broadcast_with_more_trees_reaches_95_percent_of_the_bound_at_1gib():
     """The size choice's pick there (sixteen spread trees, 64 KiB slices): 96.5% of the bound, where the one
     optimal tree (a chain of 72 gpus, 71 hops of latency to fill) reaches 78%."""

@@ -267,6 +267,12 @@ def _variant_text(k: int, slice_bytes: int | None, seconds: float | None, spread
             + ("slower, cut off" if seconds is None else f"{seconds * 1e6:,.2f} us"))
 
 
+def _skipped_text(k: int, slice_bytes: int | None, spread: bool = False) -> str:
+    """A variant the size choice did not simulate (over the evaluator's slice limit or
+    :data:`SIZE_CHOICE_WORK_LIMIT`): ``k=16, spread, 32KiB slices: not simulated (over a simulation limit)``."""
+    return _variant_text(k, slice_bytes, 0.0, spread).rsplit(": ", 1)[0] + ": not simulated (over a simulation limit)"
+
+
 def _try_spread(best: tuple[float, int, int | None, Schedule], limit: int | None, times: dict[str, float | None],
                 report: Callable[[str, str], None], build: Callable[[int | None], Schedule],
                 simulate: Callable[[Schedule, int | None, float], float]
@@ -286,6 +292,7 @@ def _try_spread(best: tuple[float, int, int | None, Schedule], limit: int | None
     try:
         seconds = simulate(variant, slice_bytes, best[0])
     except LimitError:
+        report("size choice", _skipped_text(spread_k, slice_bytes, True))
         return best, False
     times[key] = seconds if math.isfinite(seconds) else None
     report("size choice", _variant_text(spread_k, slice_bytes, times[key], True))
@@ -332,6 +339,13 @@ REFINE_SLICES: tuple[int, ...] = (256 * 1024, 128 * 1024, FINE_SLICE_BYTES, 32 *
 #: How many tree counts (the fastest with the rule's slices) forest's size choice also tries with
 #: :data:`FINE_SLICE_BYTES` slices: each such simulation costs about ``slice ratio`` times the rule's.
 FINE_SLICE_CANDIDATES = 2
+#: The most link-sharing work (:attr:`synth.flow.FlowResult.sharing_work`) one of the size choice's
+#: refinement simulations may do, about a minute on one core: past it the candidate is skipped (reported as
+#: not simulated), as one over the evaluator's slice limit is. Where the sets of active flows rarely repeat,
+#: nearly every event needs new max-min rates: GB200 NVL72's reduce with sixteen trees per root does 5.6
+#: million units of this work with 64 KiB slices (70 s) and ran 15 minutes unfinished with 32 KiB (about
+#: 9,000 units per event, 16 million a second).
+SIZE_CHOICE_WORK_LIMIT = 1_000_000_000
 
 
 def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
@@ -359,8 +373,10 @@ def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[
             if key in times or (slice2 is not None and size / schedule.chunks <= slice2):
                 continue  # measured already, or its chunks are no larger than the slice
             try:
-                found = evaluate(schedule, topology, size, slice_bytes=slice2, cutoff=best[0]).time_s
+                found = evaluate(schedule, topology, size, slice_bytes=slice2, cutoff=best[0],
+                                 work_limit=SIZE_CHOICE_WORK_LIMIT).time_s
             except LimitError:
+                report("size choice", _skipped_text(k2, slice2))
                 continue  # too many slices to simulate
             times[key] = found if math.isfinite(found) else None
             if found < best[0]:
@@ -409,6 +425,7 @@ def _between(best: tuple[float, int, int | None, Schedule], variants: list[tuple
         try:
             time_s = simulate(variant, slice_bytes, seconds if found is None else found[0])
         except LimitError:
+            report("size choice", _skipped_text(new_k, slice_bytes))
             continue
         times[key] = time_s if math.isfinite(time_s) else None
         report("size choice", _variant_text(new_k, slice_bytes, times[key]))
@@ -448,7 +465,11 @@ def _more_trees(best: tuple[float, int, int | None, Schedule], size: int, times:
         key = _key(k, slice_bytes, spread)
         if key in times:
             break
-        time_s = simulate(variant, slice_bytes, current[0])
+        try:
+            time_s = simulate(variant, slice_bytes, current[0])
+        except LimitError:
+            report("size choice", _skipped_text(k, slice_bytes, spread))
+            break
         times[key] = time_s if math.isfinite(time_s) else None
         report("size choice", _variant_text(k, slice_bytes, times[key], spread))
         if time_s >= current[0]:
@@ -466,6 +487,7 @@ def _more_trees(best: tuple[float, int, int | None, Schedule], size: int, times:
         try:
             seconds = simulate(variant, finer, time_s)
         except LimitError:
+            report("size choice", _skipped_text(k, finer, spread))
             break
         times[key] = seconds if math.isfinite(seconds) else None
         report("size choice", _variant_text(k, finer, times[key], spread))
@@ -516,6 +538,7 @@ def _polish(best: tuple[float, int, int | None, Schedule], times: dict[str, floa
     try:
         found = simulate(variant, slice_bytes, seconds)
     except LimitError:
+        report("size choice", _skipped_text(k, slice_bytes) + " (longer depth pass)")
         return best
     times[key] = found if math.isfinite(found) else None
     report("size choice", _variant_text(k, slice_bytes, times[key]) + " (longer depth pass)")
@@ -575,7 +598,7 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
             best = (seconds, k, FINE_SLICE_BYTES, schedule)
         report("size choice", _variant_text(k, FINE_SLICE_BYTES, times[f"{k}/{FINE_SLICE_BYTES}"]))
     simulate = lambda schedule, slice_bytes, cutoff: evaluate(  # noqa: E731
-        schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff).time_s
+        schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff, work_limit=SIZE_CHOICE_WORK_LIMIT).time_s
     best = _refine_with_halfway(best, variants, limit_of, times, topology, size, report, simulate,
                                 lambda limit: _forest(topology, kind, None, root, limit, pipelined, symmetric, spread))
     chosen_spread = spread
