@@ -53,10 +53,10 @@ size : int or str, optional
     is faster (2 x MI250's reduce-scatter at 1 GiB: five trees per root). Then the chosen tree limit and slices are
     tried with ``spread`` splitting (see :func:`forest`) where it builds other trees, and kept where that is faster
     (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). For one root (broadcast, reduce)
-    where the optimum's own k is the fastest, the choice instead doubles the trees per root at the optimum
+    where the optimum's own k is the fastest, the choice also doubles the trees per root at the optimum
     (``min_trees_per_root``, spread where there is a switch) while that is faster, then steps to finer slices
-    while faster (GB200 NVL72's broadcast at 1 GiB: one tree, a chain of 72 gpus, 78% of the bound; sixteen,
-    96.5%); ``chosen_more_trees`` records it. Last, the chosen trees are packed
+    while faster, and keeps that where it beats the spread try (GB200 NVL72's broadcast at 1 GiB: one tree, a
+    chain of 72 gpus, 78% of the bound; sixteen, 96.5%); ``chosen_more_trees`` records it. Last, the chosen trees are packed
     again with a depth pass eight times as long (``POLISH_ARC_BUDGET``; only where the plan's pass stopped on its
     budget) and kept where faster, named ``long depth pass`` in ``variant``. The chosen schedule pins its slice size in
     ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
@@ -610,13 +610,15 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
                            lambda count: _forest(topology, kind, chunks, root, None, pipelined, symmetric, more_spread,
                                                  min_trees=count),
                            simulate, more_spread)
-    if more is not None:
-        best, chosen_spread = more, more_spread
-    elif not spread:
+    if not spread:
         best, chosen_spread = _try_spread(best, chosen_limit, times, report,
                                           lambda limit: _forest(topology, kind, None if limit else chunks, root, limit,
                                                                 pipelined, symmetric, True),
                                           simulate)
+    if more is not None and more[0] < best[0]:  # the spread optimum can beat more trees (4 x DGX A100)
+        best, chosen_spread = more, more_spread
+    else:
+        more = None
     unpolished = best
     if kind not in (Kind.BROADCAST, Kind.REDUCE):  # one root's trees have no pair of roots to pack again
         best = _polish(best, times, report,
