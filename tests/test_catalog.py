@@ -35,8 +35,10 @@ def shipped_entries() -> list[dict]:
 #: Entries whose 1 GiB simulation moves at most this many slice transfers (transfers x the plan's slices)
 #: are simulated again here, a second or so each. The larger ones take from ten seconds to minutes each
 #: (half an hour together), so the test suite checks everything else about them and `make catalog-check`
-#: (`synth catalog --check`) re-simulates every entry.
-RESIMULATED_WORK = 220_000
+#: (`synth catalog --check`) re-simulates every entry. 520,000 since the broadcast and reduce entries took
+#: more trees per root (2026-11-29: 2 x DGX A100's broadcast 120 -> 240 transfers), so that still more than
+#: half of the entries, and every collective, are simulated again.
+RESIMULATED_WORK = 520_000
 
 
 def _work(entry: dict) -> int:
@@ -86,7 +88,9 @@ def test_most_catalog_entries_are_simulated_again_in_the_suite():
 
 def test_catalog_is_present_and_small():
     total = sum(p.stat().st_size for p in SCHEDULES.iterdir() if p.is_file())
-    assert total < 20 * 10**6, f"the catalog is {total / 1e6:.1f} MB; keep it a few MB"
+    # 19.9 MB before the broadcast and reduce entries took more trees (GB200 NVL72's reduce: 71 -> 2,059
+    # transfers), 20.6 MB after: the bound is a guard against a runaway entry, not a target
+    assert total < 24 * 10**6, f"the catalog is {total / 1e6:.1f} MB; keep it a few MB"
     data = json.loads((SCHEDULES / "index.json").read_text())
     assert data["size"] == CATALOG_SIZE
     listed = {e["file"] for e in data["entries"] if e["file"]} | {e["msccl"] for e in data["entries"] if e["msccl"]}
