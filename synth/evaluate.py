@@ -240,6 +240,8 @@ def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes:
     flow model streams its transfers (past the transfer limit); other models get its expansion.
     """
     chosen_model = get_model(model)
+    if work_limit is not None and (isinstance(work_limit, bool) or not isinstance(work_limit, int) or work_limit < 0):
+        raise InputError("", "work_limit", f"expected a whole number of work units, at least 0, got {work_limit!r}")
     if isinstance(schedule, TreeSchedule):
         report = tree_congestion(schedule, topology)
         if chosen_model.name != "flow":

@@ -173,7 +173,7 @@ class _MaxMin:
         self._memo_entries = max(1, MEMO_BYTES // (16 * max(1, len(self.shared))))
         self._scratch = np.zeros(num_classes)
         #: class-link entries handled by :meth:`_fill` so far, summed over its rounds (the cost that grows
-        #: where few rates can be remembered: flows that keep stopping and starting)
+        #: where few rates can be remembered: sets of active flows that rarely repeat)
         self.work = 0
 
     def rates(self, members: np.ndarray, rate: np.ndarray) -> None:

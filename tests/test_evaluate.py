@@ -485,3 +485,6 @@ def test_work_limit_stops_only_a_simulation_whose_link_sharing_costs_more(name, 
                     work_limit=full.sharing_work).time_s == full.time_s
     with pytest.raises(LimitError):
         evaluate(schedule, topology, size, protocol="Simple", slices=4, work_limit=full.sharing_work - 1)
+    for bad in (-1, 1.5, True, "many"):
+        with pytest.raises(InputError, match="work_limit"):
+            evaluate(schedule, topology, size, work_limit=bad)

@@ -258,19 +258,24 @@ def _reporter(kind: Kind, progress: ProgressFunction | None) -> Callable[[str, s
     return report
 
 
-def _variant_text(k: int, slice_bytes: int | None, seconds: float | None, spread: bool = False) -> str:
-    """``k=3, 32KiB slices: 3,244.09 us`` (``slower, cut off`` for a variant whose simulation stopped)."""
+def _variant_label(k: int, slice_bytes: int | None, spread: bool) -> str:
+    """``k=3, 32KiB slices`` (``k=3, spread, the plan rule's slices``)."""
     from synth.units import format_size
 
     slices = "the plan rule's slices" if slice_bytes is None else f"{format_size(slice_bytes)} slices"
-    return (f"k={k}{', spread' if spread else ''}, {slices}: "
+    return f"k={k}{', spread' if spread else ''}, {slices}"
+
+
+def _variant_text(k: int, slice_bytes: int | None, seconds: float | None, spread: bool = False) -> str:
+    """``k=3, 32KiB slices: 3,244.09 us`` (``slower, cut off`` for a variant whose simulation stopped)."""
+    return (_variant_label(k, slice_bytes, spread) + ": "
             + ("slower, cut off" if seconds is None else f"{seconds * 1e6:,.2f} us"))
 
 
 def _skipped_text(k: int, slice_bytes: int | None, spread: bool = False) -> str:
     """A variant the size choice did not simulate (over the evaluator's slice limit or
     :data:`SIZE_CHOICE_WORK_LIMIT`): ``k=16, spread, 32KiB slices: not simulated (over a simulation limit)``."""
-    return _variant_text(k, slice_bytes, 0.0, spread).rsplit(": ", 1)[0] + ": not simulated (over a simulation limit)"
+    return _variant_label(k, slice_bytes, spread) + ": not simulated (over a simulation limit)"
 
 
 def _try_spread(best: tuple[float, int, int | None, Schedule], limit: int | None, times: dict[str, float | None],
@@ -349,14 +354,12 @@ SIZE_CHOICE_WORK_LIMIT = 1_000_000_000
 
 
 def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
-            times: dict[str, float | None], topology: Topology, size: int,
-            report: Callable[[str, str], None]) -> tuple[float, int, int | None, Schedule]:
+            times: dict[str, float | None], size: int, report: Callable[[str, str], None],
+            simulate: Callable[[Schedule, int | None, float], float]) -> tuple[float, int, int | None, Schedule]:
     """From the best (tree count, slice), step to the next tree count and the next finer slice of
     :data:`REFINE_SLICES` while one of those three neighbours is faster (each simulated once, cut off at
     the best time so far): more trees pack closer to the optimum, and finer slices fill their deeper
     pipelines sooner, so the two pay off together where neither does alone."""
-    from synth.evaluate import evaluate
-
     counts = sorted(k for k, _ in variants)
     by_count = dict(variants)
     slices: list[int | None] = [None, *REFINE_SLICES]
@@ -373,8 +376,7 @@ def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[
             if key in times or (slice2 is not None and size / schedule.chunks <= slice2):
                 continue  # measured already, or its chunks are no larger than the slice
             try:
-                found = evaluate(schedule, topology, size, slice_bytes=slice2, cutoff=best[0],
-                                 work_limit=SIZE_CHOICE_WORK_LIMIT).time_s
+                found = simulate(schedule, slice2, best[0])
             except LimitError:
                 report("size choice", _skipped_text(k2, slice2))
                 continue  # too many slices to simulate
@@ -498,14 +500,14 @@ def _more_trees(best: tuple[float, int, int | None, Schedule], size: int, times:
 
 
 def _refine_with_halfway(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
-                         limit_of: dict[int, int | None], times: dict[str, float | None], topology: Topology,
+                         limit_of: dict[int, int | None], times: dict[str, float | None],
                          size: int, report: Callable[[str, str], None],
                          simulate: Callable[[Schedule, int | None, float], float],
                          build: Callable[[int], Schedule]) -> tuple[float, int, int | None, Schedule]:
     """:func:`_refine`, then :func:`_between` from where it stops, and again while that finds a faster count."""
     tried: set[int] = set()
     while True:
-        best = _refine(best, variants, times, topology, size, report)
+        best = _refine(best, variants, times, size, report, simulate)
         between = _between(best, variants, limit_of, tried, times, build, simulate, report)
         if between is None:
             return best
@@ -599,7 +601,7 @@ def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None
         report("size choice", _variant_text(k, FINE_SLICE_BYTES, times[f"{k}/{FINE_SLICE_BYTES}"]))
     simulate = lambda schedule, slice_bytes, cutoff: evaluate(  # noqa: E731
         schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff, work_limit=SIZE_CHOICE_WORK_LIMIT).time_s
-    best = _refine_with_halfway(best, variants, limit_of, times, topology, size, report, simulate,
+    best = _refine_with_halfway(best, variants, limit_of, times, size, report, simulate,
                                 lambda limit: _forest(topology, kind, None, root, limit, pipelined, symmetric, spread))
     chosen_spread = spread
     chosen_limit = limit_of[best[1]]
