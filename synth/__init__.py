@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _WHERE = {
-    "synthesize": "synth.algorithms", "Collective": "synth.collectives", "Kind": "synth.collectives",
+    "synthesize": "synth.choose", "Collective": "synth.collectives", "Kind": "synth.collectives",
     "InputError": "synth.errors", "NotApplicable": "synth.errors", "SynthError": "synth.errors",
     "VerificationError": "synth.errors", "congestion": "synth.evaluate", "evaluate": "synth.evaluate",
     "load_topology": "synth.library", "Schedule": "synth.schedule", "Transfer": "synth.schedule",

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from synth.algorithms import available, synthesize
+from synth.algorithms import available
+from synth.choose import synthesize
 from synth.collectives import Kind
 from synth.errors import NotApplicable, SynthError
 from synth.evaluate import PlanOptions, evaluate_sizes

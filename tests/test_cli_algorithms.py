@@ -8,7 +8,8 @@ import re
 import pytest
 from helpers import assert_refused, run_cli
 
-from synth.algorithms import REGISTRY, synthesize
+from synth.algorithms import REGISTRY
+from synth.choose import synthesize
 from synth.collectives import Kind
 from synth.errors import InputError
 from synth.library import load_topology

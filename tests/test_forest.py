@@ -824,6 +824,7 @@ def test_size_choice_reports_each_variant_it_simulates_and_its_choice():
     """``progress`` (what `synth generate` shows on a terminal) gets one event per variant in
     ``size_choice`` and one with the choice; the schedule is the one made without it, byte for byte."""
     from synth.algorithms.utils import Progress
+    from synth.choose import synthesize
 
     topology = load_topology("dgx1")
     events: list[Progress] = []

@@ -8,6 +8,8 @@ import its own modules and the layers it lists in :data:`MAY_IMPORT`, nothing el
 - ``simulation``: the execution plan and the flow simulator (algorithms use it as their yardstick);
 - ``algorithms`` and ``judges`` (evaluator, verifier, trace lowering, ASTRA-sim model, explanations):
   independent of each other: a judge never imports an algorithm, an algorithm never imports a judge;
+- ``selection``: choosing an algorithm's variant for a size by simulating its candidates (above the algorithms,
+  which only construct schedules; the exporters never choose);
 - ``exporters``: files for other tools, which may consult the judges (verify, congestion);
 - ``faces``: the CLI and the commands' engines (compare, tune, sweep, catalog, draw) and the package API.
 
@@ -35,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "simulation": ("synth.plan", "synth.flow", "synth.evaluate", "synth.trace", "synth.astra"),
     "algorithms": ("synth.algorithms",),
     "judges": ("synth.verify", "synth.verify_trees", "synth.explain"),
+    "selection": ("synth.choose",),
     "exporters": ("synth.export",),
     "faces": ("synth", "synth.cli", "synth.compare", "synth.tune", "synth.sweep", "synth.catalog", "synth.draw"),
 }
@@ -46,6 +49,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "simulation": frozenset({"topology", "schedule"}),
     "algorithms": frozenset({"topology", "schedule", "simulation"}),
     "judges": frozenset({"topology", "schedule", "simulation"}),
+    "selection": frozenset({"topology", "schedule", "simulation", "algorithms", "judges"}),
     "exporters": frozenset({"topology", "schedule", "simulation", "judges"}),
     "faces": frozenset(LAYERS) - {"faces"},
 }

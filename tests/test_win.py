@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from typer.testing import CliRunner
 
-from synth.algorithms import REGISTRY, available, synthesize
+from synth.algorithms import REGISTRY, available
 from synth.algorithms.forest import plan
+from synth.choose import synthesize
 from synth.cli import app
 from synth.collectives import Kind
 from synth.compare import baselines, planned, run_all, speedup
@@ -152,7 +153,7 @@ def test_size_aware_forest_steps_to_more_trees_and_finer_slices_while_faster():
     """The local search after the first pass: it stops where no neighbour (the next tree count, the next
     finer slice, or both) that fits is faster, and every time it records is the flow model's. Then it
     tries spread splitting at that point and keeps it, faster on 2 x DGX A100's reduce-scatter."""
-    from synth.algorithms.forest import REFINE_SLICES
+    from synth.choose.forest import REFINE_SLICES
 
     topology, size, kind = load_topology("dgx-a100:boxes=2"), 2**30, Kind.REDUCESCATTER
     schedule = synthesize(topology, kind, "forest", size=size)
@@ -222,30 +223,28 @@ def test_size_choice_tries_five_trees_between_three_and_seven_and_a_longer_depth
     """2 x MI250's reduce-scatter at 1 GiB with 32 KiB slices (the finest the size choice tries): the doubling
     limits 2, 4 and 8 give two, three and seven trees per root; halfway between three and seven, five are
     faster, and the depth pass run longer on five's trees reaches 95% of the bound (the plan's pass: 94.97%)."""
-    from synth.algorithms.forest import POLISH_ARC_BUDGET, _between, _forest, _polish
-    from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET
+    from synth.algorithms.forest import trees_per_root
+    from synth.choose import Search
+    from synth.choose.forest import ForestChoice, ForestVariant, Measured
     from synth.compare import lower_bound
 
     topology, kind, size, slice_bytes = load_topology("mi250:boxes=2"), Kind.REDUCESCATTER, 2**30, 32 * 1024
-
-    def simulate(schedule, slices, cutoff):
-        return evaluate(schedule, topology, size, slice_bytes=slices, cutoff=cutoff).time_s
-
-    def build(limit, budget=SHALLOW_ARC_BUDGET):
-        return _forest(topology, kind, None, None, limit, False, None, False, budget)
-
-    variants = [(2, build(2)), (3, build(4)), (7, build(8))]
-    three = simulate(variants[1][1], slice_bytes, None)
-    times: dict[str, float | None] = {f"3/{slice_bytes}": three}
-    found = _between((three, 3, slice_bytes, variants[1][1]), variants, {2: 2, 3: 4, 7: 8}, set(), times, build,
-                     simulate, lambda *_: None)
-    assert found is not None and found[1] == 5 and found[0] == times[f"5/{slice_bytes}"] < three
-    assert sorted(k for k, _ in variants) == [2, 3, 5, 7]  # the search can step from five now
-    assert _between(found, variants, {2: 2, 3: 4, 7: 8, 5: 5}, {5}, times, build, simulate, lambda *_: None) is None
-    polished = _polish(found, times, lambda *_: None, lambda: build(5, POLISH_ARC_BUDGET), simulate)
-    assert polished[0] == times[f"5/{slice_bytes}/polished"] < found[0]
-    verify(polished[3], topology)
-    assert lower_bound(topology, kind).time(size) / polished[0] >= 0.95
+    choice = ForestChoice(topology, kind, size, Search(topology, kind, size))
+    for limit in (2, 4, 8):
+        schedule = choice.build(limit)
+        choice.by_count[trees_per_root(schedule)], choice.limit_of[trees_per_root(schedule)] = schedule, limit
+    assert choice.counts() == [2, 3, 7]
+    three_variant = ForestVariant(3, slice_bytes)
+    three = choice.measure(choice.by_count[3], three_variant, None)
+    found = choice.halfway(Measured(three, three_variant, choice.by_count[3]))
+    times = choice.search.times
+    assert found is not None and found.variant.trees == 5 and found.seconds == times[f"5/{slice_bytes}"] < three
+    assert choice.counts() == [2, 3, 5, 7]  # the search can step from five now
+    assert choice.halfway(found) is None  # five's neighbours' halfway limits are known or tried
+    polished = choice.polish(found, choice.limit_of[5])
+    assert polished.variant.polished and polished.seconds == times[f"5/{slice_bytes}/polished"] < found.seconds
+    verify(polished.schedule, topology)
+    assert lower_bound(topology, kind).time(size) / polished.seconds >= 0.95
 
 
 def test_size_choice_tries_more_trees_than_the_optimum_from_one_root_while_faster():
@@ -267,17 +266,14 @@ def test_size_choice_tries_more_trees_than_the_optimum_from_one_root_while_faste
     assert evaluate(schedule, topology, size).time_s == schedule.params["modelled_time_s"] == ladder[-1]
 
 
-def test_size_choice_skips_a_refinement_over_the_work_limit_and_says_so(monkeypatch):
+def test_size_choice_skips_a_refinement_over_the_work_limit_and_says_so():
     """A refinement whose simulation's link sharing passes SIZE_CHOICE_WORK_LIMIT is skipped, reported as
     not simulated, and left out of ``size_choice``: the choice is the fastest of what was simulated. (With
     the limit at one unit every refinement that shares a link is skipped: the ladder above never starts.)"""
-    import synth.algorithms.forest as forest_module
-
-    monkeypatch.setattr(forest_module, "SIZE_CHOICE_WORK_LIMIT", 1)
     topology, size = load_topology("switch:n=16"), 2**26
     messages: list[str] = []
-    schedule = forest_module.forest(topology, Kind.BROADCAST, size=size,
-                                    progress=lambda event: messages.append(event.message))
+    schedule = synthesize(topology, Kind.BROADCAST, "forest", size=size, work_limit=1,
+                          progress=lambda event: messages.append(event.message))
     verify(schedule, topology)
     choice = schedule.params["size_choice"]
     assert any(message.endswith("not simulated (over a simulation limit)") for message in messages)
@@ -303,7 +299,7 @@ def test_size_aware_forest_steps_through_coarser_slices_when_fine_ones_lose():
     latency over 8 slices in flight), yet 256 and 128 KiB beat both; the search halves its way there and
     reaches 95% of the bound (94.7% with the rule's slices). The optimum's tree count is the fastest there, so
     the choice then tries more trees per root from those slices and keeps them only where faster."""
-    from synth.algorithms.forest import FINE_SLICE_BYTES
+    from synth.choose.forest import FINE_SLICE_BYTES
     from synth.compare import lower_bound
 
     topology, kind, size = load_topology("dgx-h100:boxes=2"), Kind.BROADCAST, 2**30

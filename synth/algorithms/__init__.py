@@ -146,7 +146,9 @@ def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **opt
         for key in options:
             if key not in accepted or key in ("topology", "kind"):
                 names = ", ".join(p for p in accepted if p not in ("topology", "kind"))
-                raise InputError("", "option", f"algorithm {algorithm!r} has no option {key!r}; it takes {names}")
+                chosen = (f" (choosing {algorithm}'s variant for a size is the selection layer's: synth.synthesize, "
+                          "synth.choose.synthesize)" if key == "size" and entry.size_sensitive else "")
+                raise InputError("", "option", f"algorithm {algorithm!r} has no option {key!r}; it takes {names}{chosen}")
     _check_limits(topology, kind, algorithm, options.get("chunks"))
     schedule = function(topology, kind, **options)
     from synth import limits

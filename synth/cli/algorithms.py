@@ -26,8 +26,9 @@ def register(app: typer.Typer) -> None:
 
 def algorithm_options(entry: Algorithm) -> list[tuple[str, Any]]:
     """(name, default) of every option the algorithm's function takes from the command line, in signature
-    order; the default is None where the algorithm picks the value itself (such as ``chunks``). Callback
-    parameters (``progress``) are Python-only and left out.
+    order, then those its size choice takes (:func:`synth.choose.chooser_options`: forest's ``size``); the
+    default is None where the algorithm picks the value itself (such as ``chunks``). Callback parameters
+    (``progress``) are Python-only and left out.
 
     Examples
     --------
@@ -35,12 +36,17 @@ def algorithm_options(entry: Algorithm) -> list[tuple[str, Any]]:
     >>> algorithm_options(REGISTRY["direct"])
     [('chunks', None), ('root', None)]
     """
+    from synth.choose import chooser_options
+
     function = entry.load()
     hints = typing.get_type_hints(function)
-    return [(p.name, None if p.default is inspect.Parameter.empty else p.default)
-            for p in inspect.signature(function).parameters.values()
-            if p.name not in _POSITIONAL and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-            and not _is_callback(hints.get(p.name))]
+    own = [(p.name, None if p.default is inspect.Parameter.empty else p.default)
+           for p in inspect.signature(function).parameters.values()
+           if p.name not in _POSITIONAL and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+           and not _is_callback(hints.get(p.name))]
+    names = {name for name, _ in own}
+    return own + [(name, default) for name, default in chooser_options(entry.name).items()
+                  if name not in names and name != "progress"]
 
 
 def _is_callback(hint: Any) -> bool:

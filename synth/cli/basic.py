@@ -104,7 +104,7 @@ def generate(
     compact: Annotated[bool, typer.Option("--compact", help="write the trees form (forest only): the trees and their chunks, no transfer records; for schedules past a few million transfers")] = False,
 ) -> None:
     """Synthesize a schedule, verify it, and write it as synth JSON."""
-    from synth.algorithms import synthesize
+    from synth.choose import synthesize
     from synth.verify import verify
 
     output_file(output, inputs=[topology])
@@ -174,11 +174,13 @@ def _solver_status(algorithm: str, options: dict[str, object]) -> Any:
     import sys
 
     from synth.algorithms import REGISTRY
+    from synth.choose import chooser_options
     from synth.cli.common import VERBOSITY, err_console
 
     entry = REGISTRY.get(algorithm)
     if (entry is None or "progress" in options or VERBOSITY["level"] == 0 or not sys.stderr.isatty()
-            or "progress" not in inspect.signature(entry.load()).parameters):
+            or ("progress" not in inspect.signature(entry.load()).parameters
+                and "progress" not in chooser_options(algorithm))):
         return contextlib.nullcontext()
 
     @contextlib.contextmanager

@@ -77,7 +77,7 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
     ``not-applicable`` or ``error`` and the reason, so one bad point never stops a sweep. The same point
     gives the same rows (but ``synthesis_s``) wherever and however often it runs.
     """
-    from synth.algorithms import synthesize
+    from synth.choose import synthesize
     from synth.evaluate import PlanOptions, evaluate_sizes
     from synth.verify import verify
 

@@ -39,31 +39,12 @@ symmetric : bool, optional
 chunks : int, optional
     A multiple of the natural chunk count (N*k for allgather, reduce-scatter and allreduce, k for
     broadcast and reduce); each tree then carries several chunks.
-size : int or str, optional
-    The message size to choose for (bytes or ``"1GiB"``). Without ``max_trees_per_root``, forest
-    then tries trees per root k = 1, 2, 4, ... up to the optimal k (that one included), evaluates each
-    schedule at ``size`` with the flow model (:func:`synth.evaluate.evaluate`, protocol and slices by
-    the plan rule) and returns the fastest (ties to fewer trees). Fewer trees give up some of the
-    bandwidth optimum but stream each tree at a larger share of its links, so fill and drain cost less.
-    The two fastest k are also tried with 64 KiB slices (``FINE_SLICE_BYTES``) where their chunks are larger: finer
-    slices fill a deep forest's pipeline sooner. From the fastest so far, the choice then steps to the
-    next k, the next finer slice (``REFINE_SLICES``: 256, 128, 64 then 32 KiB, halving) or both while that
-    is faster: more trees pay off once finer slices fill them. Where that ends beside a gap the doubling left
-    (three and seven trees), the limit halfway is built and tried too, and the search goes on from it while it
-    is faster (2 x MI250's reduce-scatter at 1 GiB: five trees per root). Then the chosen tree limit and slices are
-    tried with ``spread`` splitting (see :func:`forest`) where it builds other trees, and kept where that is faster
-    (on 2 x DGX H100 and the 32-host BiGraph it is; on 2 x MI250 it is not). For one root (broadcast, reduce)
-    where the optimum's own k is the fastest, the choice also doubles the trees per root at the optimum
-    (``min_trees_per_root``, spread where there is a switch) while that is faster, then steps to finer slices
-    while faster, and keeps that where it beats the spread try (GB200 NVL72's broadcast at 1 GiB: one tree, a
-    chain of 72 gpus, 78% of the bound; sixteen, 96.5%); ``chosen_more_trees`` records it. Last, the chosen trees are packed
-    again with a depth pass eight times as long (``POLISH_ARC_BUDGET``; only where the plan's pass stopped on its
-    budget) and kept where faster, named ``long depth pass`` in ``variant``. The chosen schedule pins its slice size in
-    ``params["plan"]``, so every command evaluates it with the same plan (a runtime gets it from
-    NCCL_BUFFSIZE = 8 slices). The schedule's ``params`` record ``variant`` (``k=3``), ``size``,
-    ``size_choice`` (each variant's time, keyed ``k`` or ``k/slice_bytes``, with ``/spread`` for the spread
-    variant, ``/polished`` for the longer depth pass, None where a variant was cut off as slower; the optimum's k,
-    the chosen k, slice size, ``chosen_spread`` and ``chosen_polished``) and the realised ``modelled_time_s``.
+depth_pass_arcs : int
+    The depth pass's budget in tree arcs (0: none): after packing, pairs of roots are packed again while
+    that makes the deepest trees shallower (same rate and tree counts).
+
+Which variant runs fastest at a message size (trees per root, slices, spread, a longer depth pass) is
+chosen by simulation in the selection layer, :mod:`synth.choose.forest`.
 """
 
 from __future__ import annotations
@@ -75,16 +56,15 @@ from typing import Any, Literal
 
 from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
-from synth.algorithms.utils import Progress, ProgressFunction, check_progress
 from synth.collectives import Collective, Kind
-from synth.errors import InputError, LimitError, NotApplicable
+from synth.errors import InputError, NotApplicable
 from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
 from synth.trees import BROADCAST, Tree, TreePhase, TreeSchedule, make_tree
 
 GIGA = 10**9
 
-__all__ = ["forest", "forest_trees", "get_plan", "ForestPlan", "seconds_per_byte"]
+__all__ = ["forest", "forest_trees", "get_plan", "ForestPlan", "seconds_per_byte", "trees_per_root"]
 
 
 class _PathTable:
@@ -206,18 +186,16 @@ def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Frac
 
 def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
            max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
-           size: int | str | None = None, progress: ProgressFunction | None = None, spread: bool = False,
-           min_trees_per_root: int | None = None) -> Schedule:
+           spread: bool = False, min_trees_per_root: int | None = None,
+           depth_pass_arcs: int = SHALLOW_ARC_BUDGET) -> Schedule:
     """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
 
     The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
     reported in ``params`` together with the trees used (and, with ``max_trees_per_root``, the gap).
-    With ``size`` the trees per root are chosen for that message size (see the module docstring);
-    ``progress`` then receives a :class:`~synth.algorithms.utils.Progress` event (phase ``"size
-    choice"``) after each variant is simulated, and one (``"done"``) with the choice: on 32 gpus at 1 GiB
-    the choice takes minutes (``synth generate`` shows these events on a terminal's status line).
     ``spread`` splits each switch into many light gpu pairs rather than a few heavy ones (the same optimum,
     shallower trees: on the 32-host BiGraph the reduce-scatter trees are 15 arcs deep instead of 30).
+    ``depth_pass_arcs`` is the depth pass's budget in tree arcs (0: no pass). Which of these variants runs
+    fastest at a message size is chosen in :mod:`synth.choose.forest` (``synth generate -O size=...``).
 
     Examples
     --------
@@ -227,418 +205,23 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     >>> s = forest(topo, Kind.ALLGATHER)
     >>> s.params["optimal_algbw_GBps"], congestion(s, topo).seconds_per_byte == Fraction(3, 200 * 10**9)
     (66.666667, True)
-    >>> forest(load_topology("dgx1"), Kind.ALLGATHER, size="1KiB").params["variant"]
-    'k=2'
     """
-    check_progress(progress)
-    if size is None:
-        return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
-                       min_trees=min_trees_per_root)
-    from synth.units import parse_size
-
-    nbytes = parse_size(size, "size")
-    if max_trees_per_root is not None or min_trees_per_root is not None:
-        schedule = _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
-                           min_trees=min_trees_per_root)
-        return _with_params(schedule, {"size": nbytes})
-    return _best_for_size(topology, kind, nbytes, chunks, root, pipelined, symmetric, _reporter(kind, progress),
-                          spread)
+    if isinstance(depth_pass_arcs, bool) or not isinstance(depth_pass_arcs, int) or depth_pass_arcs < 0:
+        raise InputError("", "depth_pass_arcs", f"expected a whole number of tree arcs, got {depth_pass_arcs!r}")
+    return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
+                   depth_pass_arcs, min_trees=min_trees_per_root)
 
 
-def _reporter(kind: Kind, progress: ProgressFunction | None) -> Callable[[str, str], None]:
-    """A function of (phase, message) that sends ``progress`` an event with the time since now."""
-    import time
-
-    started = time.monotonic()
-
-    def report(phase: str, message: str) -> None:
-        if progress is not None:
-            progress(Progress(phase, kind.value, elapsed_s=time.monotonic() - started, message=message))
-
-    return report
-
-
-def _variant_label(k: int, slice_bytes: int | None, spread: bool) -> str:
-    """``k=3, 32KiB slices`` (``k=3, spread, the plan rule's slices``)."""
-    from synth.units import format_size
-
-    slices = "the plan rule's slices" if slice_bytes is None else f"{format_size(slice_bytes)} slices"
-    return f"k={k}{', spread' if spread else ''}, {slices}"
-
-
-def _variant_text(k: int, slice_bytes: int | None, seconds: float | None, spread: bool = False) -> str:
-    """``k=3, 32KiB slices: 3,244.09 us`` (``slower, cut off`` for a variant whose simulation stopped)."""
-    return (_variant_label(k, slice_bytes, spread) + ": "
-            + ("slower, cut off" if seconds is None else f"{seconds * 1e6:,.2f} us"))
-
-
-def _skipped_text(k: int, slice_bytes: int | None, spread: bool = False) -> str:
-    """A variant the size choice did not simulate (over the evaluator's slice limit or
-    :data:`SIZE_CHOICE_WORK_LIMIT`): ``k=16, spread, 32KiB slices: not simulated (over a simulation limit)``."""
-    return _variant_label(k, slice_bytes, spread) + ": not simulated (over a simulation limit)"
-
-
-def _try_spread(best: tuple[float, int, int | None, Schedule], limit: int | None, times: dict[str, float | None],
-                report: Callable[[str, str], None], build: Callable[[int | None], Schedule],
-                simulate: Callable[[Schedule, int | None, float], float]
-                ) -> tuple[tuple[float, int, int | None, Schedule], bool]:
-    """The best variant, or the same tree limit and slices with ``spread`` splitting where that is faster
-    (simulated once, cut off at the best time; recorded under ``k/slice/spread``, or ``k/spread`` with the
-    rule's slices). Skipped where spread splits the switches the same way (no switch, or one pair each)."""
-    _, k, slice_bytes, schedule = best
-    try:
-        variant = build(limit)
-    except LimitError:
-        return best, False
-    if variant.transfers == schedule.transfers and variant.chunks == schedule.chunks:
-        return best, False  # the same trees: nothing to simulate
-    spread_k = _trees(variant)
-    key = _key(spread_k, slice_bytes, True)
-    try:
-        seconds = simulate(variant, slice_bytes, best[0])
-    except LimitError:
-        report("size choice", _skipped_text(spread_k, slice_bytes, True))
-        return best, False
-    times[key] = seconds if math.isfinite(seconds) else None
-    report("size choice", _variant_text(spread_k, slice_bytes, times[key], True))
-    if seconds < best[0]:
-        return (seconds, spread_k, slice_bytes, variant), True
-    return best, False
-
-
-def tree_counts(optimal: int) -> list[int]:
-    """The trees per root :func:`forest` tries for a size: 1, 2, 4, ... below ``optimal``, then ``optimal``.
+def trees_per_root(schedule: Schedule) -> int:
+    """The most trees per root of any phase of a forest schedule.
 
     Examples
     --------
-    >>> tree_counts(13), tree_counts(1), tree_counts(4)
-    ([1, 2, 4, 8, 13], [1], [1, 2, 4])
+    >>> from synth.library import load_topology
+    >>> trees_per_root(forest(load_topology("dgx1"), Kind.ALLGATHER))
+    6
     """
-    counts = []
-    k = 1
-    while k < optimal:
-        counts.append(k)
-        k *= 2
-    return [*counts, optimal]
-
-
-def _trees(schedule: Schedule) -> int:
-    """The most trees per root of any phase of a forest schedule."""
     return max(int(value) for key, value in schedule.params.items() if key.endswith("trees_per_root"))
-
-
-def _with_params(schedule: Schedule, extra: dict[str, Any]) -> Schedule:
-    import dataclasses
-
-    return dataclasses.replace(schedule, params={**schedule.params, **extra})
-
-
-#: The finer slice forest's size choice also tries (bytes): small enough that a deep forest's pipeline fills
-#: fast, and NCCL-sized (8 such steps are a 512 KiB NCCL_BUFFSIZE).
-FINE_SLICE_BYTES = 64 * 1024
-#: The slices forest's size choice steps through from its best variant, coarse to fine (bytes), halving from
-#: half the Simple step: a variant whose 64 KiB slices lose to the rule's 512 KiB can still gain from 256 KiB
-#: (2 x DGX H100's broadcast: with Simple's per-step latency, 8 slices of 64 KiB in flight no longer cover a
-#: hop's delay). 32 KiB is LL's step, 8 in flight a 256 KiB NCCL_BUFFSIZE.
-REFINE_SLICES: tuple[int, ...] = (256 * 1024, 128 * 1024, FINE_SLICE_BYTES, 32 * 1024)
-#: How many tree counts (the fastest with the rule's slices) forest's size choice also tries with
-#: :data:`FINE_SLICE_BYTES` slices: each such simulation costs about ``slice ratio`` times the rule's.
-FINE_SLICE_CANDIDATES = 2
-#: The most link-sharing work (:attr:`synth.flow.FlowResult.sharing_work`) one of the size choice's
-#: refinement simulations may do, about a minute on one core: past it the candidate is skipped (reported as
-#: not simulated), as one over the evaluator's slice limit is. Where the sets of active flows rarely repeat,
-#: nearly every event needs new max-min rates: GB200 NVL72's reduce with sixteen trees per root does 5.6
-#: million units of this work with 64 KiB slices (70 s) and ran 15 minutes unfinished with 32 KiB (about
-#: 9,000 units per event, 16 million a second).
-SIZE_CHOICE_WORK_LIMIT = 1_000_000_000
-
-
-def _refine(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
-            times: dict[str, float | None], size: int, report: Callable[[str, str], None],
-            simulate: Callable[[Schedule, int | None, float], float]) -> tuple[float, int, int | None, Schedule]:
-    """From the best (tree count, slice), step to the next tree count and the next finer slice of
-    :data:`REFINE_SLICES` while one of those three neighbours is faster (each simulated once, cut off at
-    the best time so far): more trees pack closer to the optimum, and finer slices fill their deeper
-    pipelines sooner, so the two pay off together where neither does alone."""
-    counts = sorted(k for k, _ in variants)
-    by_count = dict(variants)
-    slices: list[int | None] = [None, *REFINE_SLICES]
-    while True:
-        _, k, slice_bytes, _ = best
-        i, j = counts.index(k), slices.index(slice_bytes)
-        moved = False
-        for di, dj in ((1, 0), (0, 1), (1, 1)):
-            if i + di >= len(counts) or j + dj >= len(slices):
-                continue
-            k2, slice2 = counts[i + di], slices[j + dj]
-            key = _key(k2, slice2, False)
-            schedule = by_count[k2]
-            if key in times or (slice2 is not None and size / schedule.chunks <= slice2):
-                continue  # measured already, or its chunks are no larger than the slice
-            try:
-                found = simulate(schedule, slice2, best[0])
-            except LimitError:
-                report("size choice", _skipped_text(k2, slice2))
-                continue  # too many slices to simulate
-            times[key] = found if math.isfinite(found) else None
-            if found < best[0]:
-                best, moved = (found, k2, slice2, schedule), True
-            report("size choice", _variant_text(k2, slice2, times[key]))
-        if not moved:
-            return best
-
-
-def _between(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
-             limit_of: dict[int, int | None], tried: set[int], times: dict[str, float | None],
-             build: Callable[[int], Schedule],
-             simulate: Callable[[Schedule, int | None, float], float], report: Callable[[str, str], None]
-             ) -> tuple[float, int, int | None, Schedule] | None:
-    """The tree limits halfway between the best tree count and its neighbours among ``variants``,
-    built and simulated with the best's slices (cut off at the best time); the faster variant, or None.
-
-    :func:`tree_counts` doubles, so the counts it reaches leave gaps (2 x MI250: 3 then 7 trees per root);
-    where the best lies beside a gap, the count in the middle can beat both (its reduce-scatter at 1 GiB:
-    five trees per root beat three and seven). Each new variant joins ``variants`` (and ``limit_of``), so
-    :func:`_refine` and the next call step from it; a limit whose trees repeat a known count is skipped,
-    and no limit is built twice (``tried``).
-    """
-    seconds, k, slice_bytes, _ = best
-    counts = sorted(count for count, _ in variants)
-    i = counts.index(k)
-    middles = [(k + counts[i + 1]) // 2] if i + 1 < len(counts) else []
-    if i > 0:
-        middles.append((counts[i - 1] + k) // 2)
-    found = None
-    for limit in middles:
-        if limit in counts or limit in tried or limit in limit_of.values():
-            continue
-        tried.add(limit)
-        try:
-            variant = build(limit)
-        except LimitError:
-            continue
-        new_k = _trees(variant)
-        limit_of.setdefault(new_k, limit)
-        if new_k in counts:
-            continue  # the limit reaches its best rate with a known count: the same trees
-        variants.append((new_k, variant))
-        counts = sorted(count for count, _ in variants)
-        key = _key(new_k, slice_bytes, False)
-        try:
-            time_s = simulate(variant, slice_bytes, seconds if found is None else found[0])
-        except LimitError:
-            report("size choice", _skipped_text(new_k, slice_bytes))
-            continue
-        times[key] = time_s if math.isfinite(time_s) else None
-        report("size choice", _variant_text(new_k, slice_bytes, times[key]))
-        if time_s < (seconds if found is None else found[0]):
-            found = (time_s, new_k, slice_bytes, variant)
-    return found
-
-
-def _key(k: int, slice_bytes: int | None, spread: bool) -> str:
-    """A variant's key in ``size_choice``: ``k``, ``k/slice_bytes``, and ``/spread`` where spread built it."""
-    return (str(k) if slice_bytes is None else f"{k}/{slice_bytes}") + ("/spread" if spread else "")
-
-
-def _more_trees(best: tuple[float, int, int | None, Schedule], size: int, times: dict[str, float | None],
-                report: Callable[[str, str], None], build: Callable[[int], Schedule],
-                simulate: Callable[[Schedule, int | None, float], float], spread: bool
-                ) -> tuple[float, int, int | None, Schedule] | None:
-    """One root's trees (broadcast, reduce) where the optimum's own count is the fastest so far: the optimum
-    with twice, four times, ... as many trees per root (``min_trees_per_root``), while that is faster (each
-    at the best's slices, cut off at the best time), then the next finer slices of :data:`REFINE_SLICES`
-    while faster. Returns the fastest found, or None.
-
-    With one tree per root the optimum from one root is often a chain through every gpu (every gpu's
-    egress carries the whole stream to one child): on GB200 NVL72 a chain of 72, whose fill costs 71
-    hops' latency. With k trees each carries 1/k, so a gpu can feed k children and the trees come out
-    about log_k(n) deep (``spread`` gives a switch's gpus the many partners that takes).
-    """
-    current = best
-    found = None
-    count = 2 * best[1]
-    while True:
-        try:
-            variant = build(count)
-        except LimitError:
-            break
-        k, slice_bytes = _trees(variant), current[2]
-        key = _key(k, slice_bytes, spread)
-        if key in times:
-            break
-        try:
-            time_s = simulate(variant, slice_bytes, current[0])
-        except LimitError:
-            report("size choice", _skipped_text(k, slice_bytes, spread))
-            break
-        times[key] = time_s if math.isfinite(time_s) else None
-        report("size choice", _variant_text(k, slice_bytes, times[key], spread))
-        if time_s >= current[0]:
-            break
-        current = found = (time_s, k, slice_bytes, variant)
-        count = 2 * k
-    if found is None:
-        return None
-    slices: list[int | None] = [None, *REFINE_SLICES]
-    for finer in slices[slices.index(found[2]) + 1:]:
-        time_s, k, _, variant = found
-        if finer is not None and size / variant.chunks <= finer:
-            break
-        key = _key(k, finer, spread)
-        try:
-            seconds = simulate(variant, finer, time_s)
-        except LimitError:
-            report("size choice", _skipped_text(k, finer, spread))
-            break
-        times[key] = seconds if math.isfinite(seconds) else None
-        report("size choice", _variant_text(k, finer, times[key], spread))
-        if seconds >= time_s:
-            break
-        found = (seconds, k, finer, variant)
-    return found
-
-
-def _refine_with_halfway(best: tuple[float, int, int | None, Schedule], variants: list[tuple[int, Schedule]],
-                         limit_of: dict[int, int | None], times: dict[str, float | None],
-                         size: int, report: Callable[[str, str], None],
-                         simulate: Callable[[Schedule, int | None, float], float],
-                         build: Callable[[int], Schedule]) -> tuple[float, int, int | None, Schedule]:
-    """:func:`_refine`, then :func:`_between` from where it stops, and again while that finds a faster count."""
-    tried: set[int] = set()
-    while True:
-        best = _refine(best, variants, times, size, report, simulate)
-        between = _between(best, variants, limit_of, tried, times, build, simulate, report)
-        if between is None:
-            return best
-        best = between
-
-
-#: The depth pass's budget (tree arcs) for the size choice's last step, which packs the chosen variant's trees
-#: again with it (:func:`_polish`): eight times the plan's (:data:`~synth.algorithms.forest.packing.SHALLOW_ARC_BUDGET`),
-#: spent once per size choice rather than on every plan (2 x MI250, five trees per root: 5 s -> 32 s).
-POLISH_ARC_BUDGET = 8 * SHALLOW_ARC_BUDGET
-
-
-def _polish(best: tuple[float, int, int | None, Schedule], times: dict[str, float | None],
-            report: Callable[[str, str], None], build: Callable[[], Schedule],
-            simulate: Callable[[Schedule, int | None, float], float]) -> tuple[float, int, int | None, Schedule]:
-    """The best variant, or its trees made shallower by a longer depth pass (:data:`POLISH_ARC_BUDGET`)
-    where that is faster (simulated once at the best's slices, cut off at the best time; recorded under
-    ``k/slice/polished``). Skipped where the pass has nothing to add: plans packed with box symmetry (no
-    pass), and passes that stopped before the plan's budget (the same trees come back)."""
-    seconds, k, slice_bytes, schedule = best
-    if any(value is True for key, value in schedule.params.items() if key.endswith("box_symmetry")):
-        return best
-    try:
-        variant = build()
-    except LimitError:
-        return best
-    if variant.transfers == schedule.transfers:
-        return best  # the plan's pass had converged: the same trees
-    key = f"{k}/polished" if slice_bytes is None else f"{k}/{slice_bytes}/polished"
-    try:
-        found = simulate(variant, slice_bytes, seconds)
-    except LimitError:
-        report("size choice", _skipped_text(k, slice_bytes) + " (longer depth pass)")
-        return best
-    times[key] = found if math.isfinite(found) else None
-    report("size choice", _variant_text(k, slice_bytes, times[key]) + " (longer depth pass)")
-    return (found, k, slice_bytes, variant) if found < seconds else best
-
-
-def _best_for_size(topology: Topology, kind: Kind, size: int, chunks: int | None, root: int | None,
-                   pipelined: bool, symmetric: bool | None, report: Callable[[str, str], None],
-                   spread: bool = False) -> Schedule:
-    """The fastest of forest's tree counts and slice sizes at ``size`` under the flow model.
-
-    Every tree count is evaluated with the plan rule's slices; the :data:`FINE_SLICE_CANDIDATES` fastest
-    are evaluated again with :data:`FINE_SLICE_BYTES` slices when their chunks are larger (and the
-    simulation is within the evaluator's limit), which the chosen schedule then pins in
-    ``params["plan"]``. Ties go to fewer trees, then to the rule's slices. Only those fastest need exact
-    times, so a variant's simulation stops (recorded as None) once it is slower than the
-    :data:`FINE_SLICE_CANDIDATES` fastest so far: that choice is the one every variant run in full would give.
-    :func:`_refine` then searches from it toward more trees and finer slices, a local search: not every
-    pair of tree count and slice is simulated, and each one that is appears in ``size_choice``.
-    """
-    from synth.evaluate import evaluate
-
-    optimal = _forest(topology, kind, chunks, root, None, pipelined, symmetric, spread)
-    trees = _trees(optimal)
-    times: dict[str, float | None] = {}
-    variants: list[tuple[int, Schedule]] = []
-    limit_of: dict[int, int | None] = {}  # the tree limit that built each variant (None: the optimum)
-    best: tuple[float, int, int | None, Schedule] | None = None
-    for limit in tree_counts(trees):
-        schedule = optimal if limit == trees else _forest(topology, kind, None, root, limit, pipelined, symmetric,
-                                                          spread)
-        k = _trees(schedule)  # a limit can reach its best rate with fewer trees: the same schedule again
-        if str(k) in times:
-            continue
-        limit_of[k] = None if limit == trees else limit
-        # only the FINE_SLICE_CANDIDATES fastest need exact times: a variant slower than all of them is cut off
-        known = sorted(seconds for seconds in times.values() if seconds is not None)
-        cutoff = known[FINE_SLICE_CANDIDATES - 1] if len(known) >= FINE_SLICE_CANDIDATES else None
-        seconds = evaluate(schedule, topology, size, cutoff=cutoff).time_s
-        times[str(k)] = seconds if math.isfinite(seconds) else None
-        variants.append((k, schedule))
-        report("size choice", _variant_text(k, None, times[str(k)]))
-        if best is None or seconds < best[0]:
-            best = (seconds, k, None, schedule)
-    assert best is not None
-    ranked = sorted(variants, key=lambda variant: times[str(variant[0])] or math.inf)
-    for k, schedule in ranked[:FINE_SLICE_CANDIDATES]:
-        if size / schedule.chunks <= FINE_SLICE_BYTES:
-            continue  # the rule's slices are no larger already
-        try:
-            seconds = evaluate(schedule, topology, size, slice_bytes=FINE_SLICE_BYTES, cutoff=best[0]).time_s
-        except LimitError:
-            continue  # too many slices to simulate: the rule's slices stand
-        # a cut-off simulation only shows that this variant loses: recorded as None
-        times[f"{k}/{FINE_SLICE_BYTES}"] = seconds if math.isfinite(seconds) else None
-        if seconds < best[0]:
-            best = (seconds, k, FINE_SLICE_BYTES, schedule)
-        report("size choice", _variant_text(k, FINE_SLICE_BYTES, times[f"{k}/{FINE_SLICE_BYTES}"]))
-    simulate = lambda schedule, slice_bytes, cutoff: evaluate(  # noqa: E731
-        schedule, topology, size, slice_bytes=slice_bytes, cutoff=cutoff, work_limit=SIZE_CHOICE_WORK_LIMIT).time_s
-    best = _refine_with_halfway(best, variants, limit_of, times, size, report, simulate,
-                                lambda limit: _forest(topology, kind, None, root, limit, pipelined, symmetric, spread))
-    chosen_spread = spread
-    chosen_limit = limit_of[best[1]]
-    more = None
-    if kind in (Kind.BROADCAST, Kind.REDUCE) and best[1] == trees:
-        more_spread = spread or bool(topology.switches)
-        more = _more_trees(best, size, times, report,
-                           lambda count: _forest(topology, kind, chunks, root, None, pipelined, symmetric, more_spread,
-                                                 min_trees=count),
-                           simulate, more_spread)
-    if not spread:
-        best, chosen_spread = _try_spread(best, chosen_limit, times, report,
-                                          lambda limit: _forest(topology, kind, None if limit else chunks, root, limit,
-                                                                pipelined, symmetric, True),
-                                          simulate)
-    if more is not None and more[0] < best[0]:  # the spread optimum can beat more trees (4 x DGX A100)
-        best, chosen_spread = more, more_spread
-    else:
-        more = None
-    unpolished = best
-    if kind not in (Kind.BROADCAST, Kind.REDUCE):  # one root's trees have no pair of roots to pack again
-        best = _polish(best, times, report,
-                       lambda: _forest(topology, kind, None if chosen_limit else chunks, root, chosen_limit, pipelined,
-                                       symmetric, chosen_spread, POLISH_ARC_BUDGET),
-                       simulate)
-    seconds, k, slice_bytes, schedule = best
-    report("done", "chose " + _variant_text(k, slice_bytes, seconds, chosen_spread and not spread))
-    extra: dict[str, Any] = {
-        "size": size, "variant": f"k={k}" + (", spread" if chosen_spread else "")
-        + (", long depth pass" if best is not unpolished else ""), "modelled_time_s": seconds,
-        "size_choice": {"model": "flow", "optimal_trees_per_root": trees, "chosen_trees_per_root": k,
-                        "chosen_slice_bytes": slice_bytes, "chosen_spread": chosen_spread,
-                        "chosen_polished": best is not unpolished, "chosen_more_trees": more is not None,
-                        "time_s": times}}
-    if slice_bytes is not None:
-        extra["plan"] = {**schedule.params.get("plan", {}), "slice_bytes": slice_bytes}
-    return _with_params(schedule, extra)
 
 
 def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,

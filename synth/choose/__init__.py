@@ -1,0 +1,220 @@
+"""The selection layer: choosing, by simulation, which variant of an algorithm's schedule to run at a size.
+
+Algorithms construct schedules from explicit options (forest: trees per root, ``spread``, the depth pass's
+budget); they know nothing of message sizes' choices. What to choose among those variants for one message
+size lives here, on top of the algorithms and the simulator:
+
+- :class:`Search` owns the one step every choice repeats: simulate a candidate at the size (flow model,
+  plan rule, an optional slice size) with a cutoff and a work limit, skip it when it is over a simulation
+  limit (and say so), record its time under its key, and report it to a progress callback;
+- a *chooser* per algorithm (:data:`CHOOSERS`) generates the candidates and decides which to try next
+  (:mod:`synth.choose.forest`: forest's size choice);
+- :func:`synthesize` is the entry every face uses (CLI, compare, tune, demo, catalog, sweep): with a
+  ``size`` and a chooser for the algorithm it runs the choice, otherwise it constructs the schedule with
+  :func:`synth.algorithms.synthesize`.
+
+The choice's record travels in the schedule's ``params`` (``variant``, ``size``, ``size_choice`` with every
+simulated candidate's time, ``modelled_time_s``), so every command reports the same time for the chosen
+schedule: the chosen plan is pinned in ``params["plan"]``.
+
+Examples
+--------
+>>> from synth.library import load_topology
+>>> schedule = synthesize(load_topology("dgx1"), "allgather", "forest", size="1KiB")
+>>> schedule.params["variant"], schedule.params["size_choice"]["model"]
+('k=2', 'flow')
+>>> synthesize(load_topology("ring:n=4"), "allgather", "ring").algorithm  # no chooser: constructed as is
+'ring'
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from synth.algorithms import lookup
+from synth.algorithms import synthesize as construct
+from synth.algorithms.utils import Progress, ProgressFunction, check_progress
+from synth.collectives import Kind, parse_kind
+from synth.errors import InputError, LimitError, NotApplicable
+from synth.schedule import Schedule
+from synth.topology import Topology
+
+__all__ = ["CHOOSERS", "Chooser", "Search", "chooser_options", "synthesize"]
+
+#: The phase name of the progress events a search sends for each candidate.
+PHASE = "size choice"
+
+
+def seconds_text(seconds: float | None) -> str:
+    """A candidate's time as the choice reports it: ``3,244.09 us``, or ``slower, cut off`` (None or inf).
+
+    Examples
+    --------
+    >>> seconds_text(0.00324409), seconds_text(None)
+    ('3,244.09 us', 'slower, cut off')
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return "slower, cut off"
+    return f"{seconds * 1e6:,.2f} us"
+
+
+class Search:
+    """One choice among a schedule's variants at one message size, by simulation.
+
+    Every candidate goes through :meth:`measure`: simulated with the flow model and the plan rule (or the
+    candidate's slice size), stopped as soon as it is slower than ``cutoff``, refused past the
+    evaluator's slice limit or this search's ``work_limit`` (then skipped and reported as not simulated,
+    unless it is ``required``), recorded under its key in :attr:`times` (None: cut off as slower) and
+    reported to the progress callback with the time since the search began.
+
+    Parameters
+    ----------
+    topology : Topology
+    kind : Kind
+        The collective (progress events carry it).
+    size : int
+        The message size in bytes.
+    progress : callable, optional
+        Receives a :class:`~synth.algorithms.utils.Progress` event per candidate (phase ``"size choice"``)
+        and one (``"done"``) from :meth:`done`.
+    work_limit : int, optional
+        The most link-sharing work (:attr:`synth.flow.FlowResult.sharing_work`) one limited simulation may
+        do; a candidate past it is skipped.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize as construct
+    >>> topo = load_topology("ring:n=4")
+    >>> search = Search(topo, Kind.ALLGATHER, 2**20)
+    >>> ring = construct(topo, "allgather", "ring")
+    >>> fast = search.measure(ring, "ring", "ring")
+    >>> search.measure(ring, "ring/cut", "ring, cut off", cutoff=fast / 2), search.times["ring/cut"]
+    (inf, None)
+    """
+
+    def __init__(self, topology: Topology, kind: Kind, size: int, progress: ProgressFunction | None = None,
+                 work_limit: int | None = None) -> None:
+        self.topology = topology
+        self.kind = kind
+        self.size = size
+        self.progress = progress
+        self.work_limit = work_limit
+        #: every simulated candidate's time by key (None: cut off as slower than the best at that point)
+        self.times: dict[str, float | None] = {}
+        self._started = time.monotonic()
+
+    def report(self, phase: str, message: str) -> None:
+        """Send the progress callback an event with the time since the search began."""
+        if self.progress is not None:
+            self.progress(Progress(phase, self.kind.value, elapsed_s=time.monotonic() - self._started,
+                                   message=message))
+
+    def measure(self, schedule: Schedule, key: str, label: str, *, slice_bytes: int | None = None,
+                cutoff: float | None = None, limited: bool = True, required: bool = False,
+                note: str = "") -> float | None:
+        """The candidate's time in seconds (``inf`` when slower than ``cutoff``), recorded and reported; None
+        when it was not simulated because it is over a simulation limit (reported as such, not recorded).
+
+        ``limited=False`` simulates without the search's work limit (the first candidates, whose times the
+        others are cut off at); ``required=True`` lets a limit's :class:`~synth.errors.LimitError` through
+        (a candidate the choice cannot do without). ``note`` is appended to the reported message.
+        """
+        from synth.evaluate import evaluate
+
+        try:
+            seconds = evaluate(schedule, self.topology, self.size, slice_bytes=slice_bytes, cutoff=cutoff,
+                               work_limit=self.work_limit if limited else None).time_s
+        except LimitError:
+            if required:
+                raise
+            self.report(PHASE, f"{label}: not simulated (over a simulation limit){note}")
+            return None
+        self.times[key] = seconds if math.isfinite(seconds) else None
+        self.report(PHASE, f"{label}: {seconds_text(seconds)}{note}")
+        return seconds
+
+    def done(self, message: str) -> None:
+        """Report the choice (phase ``"done"``)."""
+        self.report("done", message)
+
+
+@dataclass(frozen=True)
+class Chooser:
+    """How one algorithm's variant is chosen for a size.
+
+    ``function(topology, kind, size, progress=..., work_limit=..., **options)`` returns the chosen schedule with its
+    record in ``params``; ``options`` names the options the choice takes beyond the algorithm's own
+    (listed by ``synth algorithms``), with their defaults.
+    """
+
+    target: str
+    options: Mapping[str, Any]
+
+    def load(self) -> Callable[..., Schedule]:
+        """Import and return the choice's function."""
+        import importlib
+
+        module_name, function_name = self.target.split(":")
+        function: Callable[..., Schedule] = getattr(importlib.import_module(module_name), function_name)
+        return function
+
+
+#: The algorithms whose variant is chosen here for a size (the others use ``size`` as a rule of their own:
+#: NCCL's tuning model, the tree's chunk count, milp's epochs).
+CHOOSERS: dict[str, Chooser] = {
+    "forest": Chooser("synth.choose.forest:choose", {"size": None, "progress": None, "work_limit": None}),
+}
+
+
+def chooser_options(algorithm: str) -> Mapping[str, Any]:
+    """The options the choice for ``algorithm`` takes beyond the algorithm's own (empty: no chooser)."""
+    chooser = CHOOSERS.get(algorithm)
+    return {} if chooser is None else chooser.options
+
+
+def _check_names(algorithm: str, function: Callable[..., Schedule], chooser: Chooser,
+                 options: Mapping[str, Any]) -> None:
+    """Refuse an option neither the algorithm nor its chooser takes, listing what they take."""
+    import inspect
+
+    own = [name for name in inspect.signature(function).parameters if name not in ("topology", "kind")]
+    takes = own + [name for name in chooser.options if name not in own]
+    for key in options:
+        if key not in takes:
+            raise InputError("", "option", f"algorithm {algorithm!r} has no option {key!r}; it takes {', '.join(takes)}")
+
+
+def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **options: Any) -> Schedule:
+    """A registered algorithm's schedule, its variant chosen for ``size`` where the algorithm has a chooser.
+
+    The same call as :func:`synth.algorithms.synthesize`, plus the chooser's options
+    (:func:`chooser_options`: forest's ``size``, ``progress`` and ``work_limit``). Without a size, or for an
+    algorithm without a chooser, the schedule is constructed as asked.
+    """
+    kind = collective if isinstance(collective, Kind) else parse_kind(collective)
+    chooser = CHOOSERS.get(algorithm)
+    if chooser is None:
+        return construct(topology, kind, algorithm, **options)
+    entry = lookup(algorithm)
+    if kind not in entry.collectives:
+        supported = ", ".join(sorted(k.value for k in entry.collectives))
+        raise NotApplicable(f"algorithm {algorithm!r} does not do {kind}; it does {supported}")
+    _check_names(algorithm, entry.load(), chooser, options)
+    choice = {name: options.pop(name) for name in list(options) if name in chooser.options}
+    check_progress(choice.get("progress"))
+    size = choice.get("size")
+    if size is None:
+        unused = sorted(name for name, value in choice.items() if value is not None and name != "progress")
+        if unused:
+            raise InputError("", unused[0], f"{algorithm}'s {unused[0]} applies to its size choice; give size too")
+        return construct(topology, kind, algorithm, **options)
+    from synth.units import parse_size
+
+    nbytes = parse_size(size, "size")
+    rest = {name: value for name, value in choice.items() if name != "size"}
+    return chooser.load()(topology, kind, nbytes, **rest, **options)
