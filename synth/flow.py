@@ -242,7 +242,7 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
 
         return simulate_reference(schedule, topology, size, plan, cutoff, work_limit)
     if engine != "compiled":
-        raise InputError(f"unknown flow engine {engine!r}: use 'compiled' or 'reference'")
+        raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
     count, transfers = _transfers(schedule)
     base = plan.costs.base_latency_us * MICRO
     if count == 0:
