@@ -169,12 +169,6 @@ def _csr(counts: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pointer, flat
 
 
-def _csr(counts: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    pointer = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=pointer[1:])
-    return pointer, flat
-
-
 def _transfers(schedule: Schedule | TreeSchedule) -> tuple[int, Iterable[Transfer]]:
     """How many transfers ``schedule`` has and the transfers themselves (a trees-form schedule's made one at
     a time as they are read)."""

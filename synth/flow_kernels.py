@@ -67,7 +67,7 @@ def _push(times: np.ndarray, rows: np.ndarray, n: int, time: float, row: int) ->
 @_compiled
 def _pop(times: np.ndarray, rows: np.ndarray, n: int) -> int:
     """Pop the earliest entry's row from the heap of ``n`` entries (``n - 1`` remain)."""
-    top = rows[0]
+    top = int(rows[0])
     n -= 1
     time = times[n]
     row = rows[n]
@@ -181,9 +181,9 @@ def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.
     ``index`` (where a new one goes)."""
     n = shared.size
     mask = index.size - 1
-    slot = np.int64(h & np.uint64(mask))
+    slot = int(h & np.uint64(mask))
     while True:
-        entry = index[slot]
+        entry = int(index[slot])
         if entry < 0:
             return -1, slot
         if hashes[entry] == h:
@@ -201,7 +201,7 @@ def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.
 def _free_slot(h: np.uint64, index: np.ndarray) -> int:
     """The first empty slot of ``index`` on ``h``'s probe sequence."""
     mask = index.size - 1
-    slot = np.int64(h & np.uint64(mask))
+    slot = int(h & np.uint64(mask))
     while index[slot] >= 0:
         slot = (slot + 1) & mask
     return slot
