@@ -181,11 +181,11 @@ def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.
     ``index`` (where a new one goes)."""
     n = shared.size
     mask = index.size - 1
-    slot = int(h & np.uint64(mask))
+    slot = np.int64(h & np.uint64(mask))
     while True:
         entry = int(index[slot])
         if entry < 0:
-            return -1, slot
+            return -1, int(slot)
         if hashes[entry] == h:
             same = True
             for s in range(n):
@@ -193,7 +193,7 @@ def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.
                     same = False
                     break
             if same:
-                return entry, slot
+                return entry, int(slot)
         slot = (slot + 1) & mask
 
 
@@ -201,10 +201,10 @@ def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.
 def _free_slot(h: np.uint64, index: np.ndarray) -> int:
     """The first empty slot of ``index`` on ``h``'s probe sequence."""
     mask = index.size - 1
-    slot = int(h & np.uint64(mask))
+    slot = np.int64(h & np.uint64(mask))
     while index[slot] >= 0:
         slot = (slot + 1) & mask
-    return slot
+    return int(slot)
 
 
 @_compiled
