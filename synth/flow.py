@@ -114,38 +114,47 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology,
     entry_class: list[int] = []
     delay: list[float] = []
     local: list[bool] = []
-    of_transfer = np.empty(count, dtype=np.int64)
-    dep_counts = np.empty(count, dtype=np.int64)
-    dep_flat = array("q")
+    ids, of_class, dep_counts, dep_flat = array("q"), array("q"), array("q"), array("q")
+
+    def new_class(t: Transfer) -> int:
+        cls = len(delay)
+        class_of_path[t.path] = cls
+        for hop in zip(t.path, t.path[1:], strict=False):
+            index = link_index.get(hop)
+            if index is None:
+                index = len(capacity)
+                link_index[hop] = index
+                capacity.append(topology.bandwidth(*hop) * GIGA * efficiency)
+            entry_link.append(index)
+            entry_class.append(cls)
+        is_local = len(t.path) < 2
+        local.append(is_local)
+        if is_local:
+            delay.append(0.0)
+        else:
+            between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
+            step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
+            delay.append((topology.path_latency(t.path) + step) * MICRO)
+        return cls
+
+    known = class_of_path.get
     for t in transfers:
-        cls = class_of_path.get(t.path)
-        if cls is None:
-            cls = len(delay)
-            class_of_path[t.path] = cls
-            for hop in zip(t.path, t.path[1:], strict=False):
-                index = link_index.get(hop)
-                if index is None:
-                    index = len(capacity)
-                    link_index[hop] = index
-                    capacity.append(topology.bandwidth(*hop) * GIGA * efficiency)
-                entry_link.append(index)
-                entry_class.append(cls)
-            is_local = len(t.path) < 2
-            local.append(is_local)
-            if is_local:
-                delay.append(0.0)
-            else:
-                between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
-                step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
-                delay.append((topology.path_latency(t.path) + step) * MICRO)
-        of_transfer[t.id] = cls
-        dep_counts[t.id] = len(t.deps)
-        dep_flat.extend(t.deps)
+        cls = known(t.path)
+        ids.append(t.id)
+        of_class.append(new_class(t) if cls is None else cls)
+        deps = t.deps
+        dep_counts.append(len(deps))
+        dep_flat.extend(deps)
+    of_transfer = np.empty(count, dtype=np.int64)
+    by_id = np.frombuffer(ids, dtype=np.int64) if count else np.empty(0, dtype=np.int64)
+    of_transfer[by_id] = np.frombuffer(of_class, dtype=np.int64) if count else by_id
+    counts = np.empty(count, dtype=np.int64)
+    counts[by_id] = np.frombuffer(dep_counts, dtype=np.int64) if count else by_id
     classes = _Classes(of_transfer, np.array(entry_link, dtype=np.int64), np.array(entry_class, dtype=np.int64),
                        np.array(capacity, dtype=np.float64), np.array(delay, dtype=np.float64),
                        np.array(local, dtype=bool))
     flat = np.frombuffer(dep_flat, dtype=np.int64).copy() if len(dep_flat) else np.empty(0, dtype=np.int64)
-    return classes, dep_counts, flat
+    return classes, counts, flat
 
 
 

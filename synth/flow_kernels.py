@@ -9,8 +9,9 @@ State per transfer (slices sent, slices arrived, whether a slice is streaming) a
 count, byte counter ``progress``, the threshold ``head`` at which its oldest slice is done, rate): as in
 the reference. A class's FIFO queue is a ring buffer of (threshold, transfer) entries, one per streaming
 slice, in a block as long as the class's transfer count (a transfer streams one slice at a time); the
-slices in flight wait in a binary heap on arrival time (every arrival within the horizon is taken at
-once, and every later step treats what arrived as a set, so the order among equal times never matters).
+slices in flight wait in a binary heap on arrival time, those that finished on one event and arrive at
+the same time chained into one entry (every arrival within the horizon is taken at once, and every later
+step treats what arrived as a set, so the order among equal times never matters).
 Only the classes with members are visited on an event (an idle class has rate 0 and threshold inf, so it
 never sets the step nor finishes a slice), and the lone classes whose members changed on a rate update.
 
@@ -32,13 +33,19 @@ from numba import njit
 DONE, CUT_OFF, STALLED, PAST_WORK_LIMIT = 0, 1, 2, 3
 
 
-def _compiled(function: Callable[..., Any]) -> Any:
+def _compiled(function: Callable[..., Any], **options: Any) -> Any:
     """``function`` compiled in nopython mode, its machine code cached on disk where numba finds a
     writable cache folder, else compiled in each process."""
     try:
-        return njit(cache=True, error_model="numpy")(function)
+        return njit(cache=True, error_model="numpy", **options)(function)
     except RuntimeError:  # numba found no writable cache location
-        return njit(error_model="numpy")(function)
+        return njit(error_model="numpy", **options)(function)
+
+
+def _inlined(function: Callable[..., Any]) -> Any:
+    """:func:`_compiled`, and inlined where it is called (numba's IR inlining): a small step called per
+    slice then costs no call and no reference counting of its array arguments."""
+    return _compiled(function, inline="always")
 
 
 @_compiled
@@ -50,8 +57,22 @@ def _grown(values: np.ndarray, length: int) -> np.ndarray:
 
 
 @_compiled
+def _more_nodes(node_row: np.ndarray, node_next: np.ndarray, free: int) -> tuple[np.ndarray, np.ndarray]:
+    """The node pool twice as large, its new nodes put on the free list ahead of ``free`` (the first new
+    node, the pool's old size, is the list's new head)."""
+    size = node_row.size
+    rows = _grown(node_row, size)
+    links = _grown(node_next, size)
+    for node in range(size, 2 * size - 1):
+        links[node] = node + 1
+    links[2 * size - 1] = free
+    return rows, links
+
+
+@_inlined
 def _push(times: np.ndarray, rows: np.ndarray, n: int, time: float, row: int) -> None:
-    """Push (time, row) on the binary min-heap of the first ``n`` entries (room for one more)."""
+    """Push (time, row) on the binary min-heap of the first ``n`` entries (room for one more); ``row`` is
+    any int (the event loop pushes the first node of a group of slices)."""
     i = n
     while i > 0:
         parent = (i - 1) >> 1
@@ -64,7 +85,7 @@ def _push(times: np.ndarray, rows: np.ndarray, n: int, time: float, row: int) ->
     rows[i] = row
 
 
-@_compiled
+@_inlined
 def _pop(times: np.ndarray, rows: np.ndarray, n: int) -> int:
     """Pop the earliest entry's row from the heap of ``n`` entries (``n - 1`` remain)."""
     top = int(rows[0])
@@ -87,6 +108,80 @@ def _pop(times: np.ndarray, rows: np.ndarray, n: int) -> int:
         times[i] = time
         rows[i] = row
     return top
+
+
+@_inlined
+def _push_groups(times: np.ndarray, heads: np.ndarray, n: int, group_time: np.ndarray, group_head: np.ndarray,
+                 groups: int) -> int:
+    """Push the ``groups`` groups of slices (arrival time, first node) on the heap of ``n`` entries (room
+    for them); returns the heap's new size."""
+    for g in range(groups):
+        _push(times, heads, n + g, group_time[g], group_head[g])
+    return n + groups
+
+
+@_compiled
+def _send(now: float, finished: np.ndarray, n_finished: int, busy: np.ndarray, sent: np.ndarray,
+          delay: np.ndarray, of_class: np.ndarray, arrivals: np.ndarray, heap_time: np.ndarray,
+          heap_head: np.ndarray, node_row: np.ndarray, node_next: np.ndarray, group_time: np.ndarray,
+          group_head: np.ndarray, pool: np.ndarray) -> int:
+    """The ``n_finished`` slices have left their source: those without latency arrive now (written to
+    ``arrivals``; returns how many), the others wait in the heap, chained in a group per arrival time
+    (``pool``: the heap's size, the first free node, free nodes; the caller leaves room for all).
+
+    The steps called per slice are written out in the loop (see :func:`_candidates`).
+    """
+    immediate = 0
+    groups = 0
+    for i in range(n_finished):
+        row = finished[i]
+        busy[row] = False
+        sent[row] += 1
+        wait = delay[of_class[row]]
+        if wait <= 0:
+            arrivals[immediate] = row
+            immediate += 1
+        elif wait > 0:
+            when = now + wait
+            g = 0
+            while g < groups and group_time[g] != when:
+                g += 1
+            if g == groups:
+                if groups == group_time.size:
+                    pool[0] = _push_groups(heap_time, heap_head, pool[0], group_time, group_head, groups)
+                    g = groups = 0
+                group_time[g] = when
+                group_head[g] = -1
+                groups += 1
+            node = pool[1]
+            pool[1] = node_next[node]
+            pool[2] -= 1
+            node_row[node] = row
+            node_next[node] = group_head[g]
+            group_head[g] = node
+    pool[0] = _push_groups(heap_time, heap_head, pool[0], group_time, group_head, groups)
+    return immediate
+
+
+@_compiled
+def _arrive(horizon: float, arrivals: np.ndarray, n_arrived: int, arrived: np.ndarray, heap_time: np.ndarray,
+            heap_head: np.ndarray, node_row: np.ndarray, node_next: np.ndarray, pool: np.ndarray) -> int:
+    """Take every group due by ``horizon`` off the heap, its slices appended to the ``n_arrived``
+    ``arrivals`` (their nodes freed), and count every arrival in ``arrived``; returns how many arrived."""
+    while pool[0] > 0 and heap_time[0] <= horizon:
+        node = _pop(heap_time, heap_head, pool[0])
+        pool[0] -= 1
+        while node >= 0:
+            arrivals[n_arrived] = node_row[node]
+            n_arrived += 1
+            after = node_next[node]
+            node_next[node] = pool[1]
+            pool[1] = node
+            pool[2] += 1
+            node = after
+    for i in range(n_arrived):
+        arrived[arrivals[i]] += 1
+    return n_arrived
 
 
 @_compiled
@@ -161,7 +256,7 @@ def _fill(members: np.ndarray, shared: np.ndarray, fill_link: np.ndarray, fill_s
     return work
 
 
-@_compiled
+@_inlined
 def _key_hash(members: np.ndarray, shared: np.ndarray) -> np.uint64:
     """A 64-bit hash of the shared classes' member counts (FNV-1a over the words, then a final mix)."""
     h = np.uint64(14695981039346656037)
@@ -174,7 +269,7 @@ def _key_hash(members: np.ndarray, shared: np.ndarray) -> np.uint64:
     return h
 
 
-@_compiled
+@_inlined
 def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.ndarray, hashes: np.ndarray,
                keys: np.ndarray) -> tuple[int, int]:
     """(entry, slot): the memo entry of these member counts (-1 if none) and its slot in the open-addressing
@@ -197,7 +292,7 @@ def _memo_find(h: np.uint64, members: np.ndarray, shared: np.ndarray, index: np.
         slot = (slot + 1) & mask
 
 
-@_compiled
+@_inlined
 def _free_slot(h: np.uint64, index: np.ndarray) -> int:
     """The first empty slot of ``index`` on ``h``'s probe sequence."""
     mask = index.size - 1
@@ -262,31 +357,60 @@ def _shared_rates(members: np.ndarray, rate: np.ndarray, shared: np.ndarray, fil
 
 
 @_compiled
-def _consider(row: int, rows: np.ndarray, count: int, mark: np.ndarray, stamp: int, busy: np.ndarray,
-              sent: np.ndarray, arrived: np.ndarray, slices: int, window: int, dep_ptr: np.ndarray,
-              dep_flat: np.ndarray) -> int:
-    """Append ``row`` to the ``count`` rows that start a slice now if it may (once per ``stamp``: the
-    candidates are a set) and return the new count. The tests read the state before any of them starts."""
-    if mark[row] == stamp:
-        return count
-    mark[row] = stamp
-    next_slice = sent[row]
-    if busy[row] or next_slice >= slices or arrived[row] <= next_slice - window:
-        return count
-    for k in range(dep_ptr[row], dep_ptr[row + 1]):
-        if arrived[dep_flat[k]] <= next_slice:
-            return count
-    rows[count] = row
-    return count + 1
+def _candidates(finished: np.ndarray, n_finished: int, arrivals: np.ndarray, n_arrived: int,
+                child_ptr: np.ndarray, child_flat: np.ndarray, mark: np.ndarray, stamp: int,
+                rows: np.ndarray) -> int:
+    """Write the transfers that may start a slice now into ``rows``, each once (``mark``ed with
+    ``stamp``): the finished and the arrived ones and the arrived ones' children; returns how many.
+
+    The steps called per slice are written out in these loops, not called: numba counts references to
+    every array passed to a call, and those atomic counts would cost more than the step.
+    """
+    count = 0
+    for i in range(n_finished):
+        row = finished[i]
+        if mark[row] != stamp:
+            mark[row] = stamp
+            rows[count] = row
+            count += 1
+    for i in range(n_arrived):
+        row = arrivals[i]
+        if mark[row] != stamp:
+            mark[row] = stamp
+            rows[count] = row
+            count += 1
+    for i in range(n_arrived):
+        parent = arrivals[i]
+        for k in range(child_ptr[parent], child_ptr[parent + 1]):
+            row = child_flat[k]
+            if mark[row] != stamp:
+                mark[row] = stamp
+                rows[count] = row
+                count += 1
+    return count
 
 
 @_compiled
-def _touch(c: int, touched: np.ndarray, flagged: np.ndarray, counters: np.ndarray) -> None:
-    """Note that class ``c``'s member count changed (``counters[1]``: how many classes are noted)."""
-    if not flagged[c]:
-        flagged[c] = True
-        touched[counters[1]] = c
-        counters[1] += 1
+def _ready(rows: np.ndarray, count: int, busy: np.ndarray, sent: np.ndarray, arrived: np.ndarray, slices: int,
+           window: int, dep_ptr: np.ndarray, dep_flat: np.ndarray) -> int:
+    """Keep (in place, at the front of ``rows``) the candidates whose next slice may start: none is
+    streaming, slices are left, the slice ``window`` back has arrived and so has this slice of every dep;
+    returns how many. Every test reads the state before any of them starts."""
+    kept = 0
+    for i in range(count):
+        row = rows[i]
+        next_slice = sent[row]
+        if busy[row] or next_slice >= slices or arrived[row] <= next_slice - window:
+            continue
+        ready = True
+        for k in range(dep_ptr[row], dep_ptr[row + 1]):
+            if arrived[dep_flat[k]] <= next_slice:
+                ready = False
+                break
+        if ready:
+            rows[kept] = row
+            kept += 1
+    return kept
 
 
 @_compiled
@@ -294,11 +418,11 @@ def _join(rows: np.ndarray, count: int, quick: np.ndarray, sent: np.ndarray, arr
           busy: np.ndarray, of_class: np.ndarray, local: np.ndarray, members: np.ndarray, progress: np.ndarray,
           head: np.ndarray, slice_bytes: float, ring_base: np.ndarray, ring_cap: np.ndarray,
           ring_front: np.ndarray, ring_len: np.ndarray, ring_threshold: np.ndarray, ring_row: np.ndarray,
-          active: np.ndarray, active_at: np.ndarray, touched: np.ndarray, flagged: np.ndarray,
-          counters: np.ndarray) -> int:
+          active: np.ndarray, touched: np.ndarray, flagged: np.ndarray, counters: np.ndarray) -> int:
     """Start the next slice of each of the ``count`` rows: a local one arrives at once (written to
     ``quick``; returns how many), any other joins its class's queue at ``progress + slice_bytes`` (the
-    class's counter restarting at 0 when it was idle)."""
+    class's counter restarting at 0 when it was idle) and the class is noted as touched (``counters``:
+    classes with members, classes touched)."""
     instant = 0
     for i in range(count):
         row = rows[i]
@@ -313,7 +437,6 @@ def _join(rows: np.ndarray, count: int, quick: np.ndarray, sent: np.ndarray, arr
         if ring_len[c] == 0:
             progress[c] = 0.0
             head[c] = slice_bytes
-            active_at[c] = counters[0]
             active[counters[0]] = c
             counters[0] += 1
         at = ring_base[c] + (ring_front[c] + ring_len[c]) % ring_cap[c]
@@ -321,25 +444,47 @@ def _join(rows: np.ndarray, count: int, quick: np.ndarray, sent: np.ndarray, arr
         ring_row[at] = row
         ring_len[c] += 1
         members[c] += 1
-        _touch(c, touched, flagged, counters)
+        if not flagged[c]:
+            flagged[c] = True
+            touched[counters[1]] = c
+            counters[1] += 1
     return instant
 
 
 @_compiled
-def _finish(c: int, limit: float, finished: np.ndarray, count: int, members: np.ndarray, head: np.ndarray,
-            ring_base: np.ndarray, ring_cap: np.ndarray, ring_front: np.ndarray, ring_len: np.ndarray,
-            ring_threshold: np.ndarray, ring_row: np.ndarray) -> int:
-    """Take class ``c``'s slices whose threshold is within ``limit`` off its queue (appended to the
-    ``count`` finished rows; returns the new count) and set its ``head``."""
-    base = ring_base[c]
-    cap = ring_cap[c]
-    while ring_len[c] > 0 and ring_threshold[base + ring_front[c]] <= limit:
-        finished[count] = ring_row[base + ring_front[c]]
-        count += 1
-        ring_front[c] = (ring_front[c] + 1) % cap
-        ring_len[c] -= 1
-        members[c] -= 1
-    head[c] = ring_threshold[base + ring_front[c]] if ring_len[c] > 0 else np.inf
+def _finish(step: float, tolerance: float, finished: np.ndarray, rate: np.ndarray, members: np.ndarray,
+            progress: np.ndarray, head: np.ndarray, ring_base: np.ndarray, ring_cap: np.ndarray,
+            ring_front: np.ndarray, ring_len: np.ndarray, ring_threshold: np.ndarray, ring_row: np.ndarray,
+            active: np.ndarray, touched: np.ndarray, flagged: np.ndarray, counters: np.ndarray) -> int:
+    """Move every class with members on by ``rate * step`` bytes and take the slices whose threshold is
+    within ``progress + tolerance`` off its queue (into ``finished``; returns how many), setting ``head``;
+    a class left without members leaves ``active``."""
+    n = counters[0]
+    for i in range(n):
+        c = active[i]
+        progress[c] += rate[c] * step
+    count = 0
+    i = n - 1
+    while i >= 0:
+        c = active[i]
+        if head[c] <= progress[c] + tolerance:
+            limit = progress[c] + tolerance
+            base = ring_base[c]
+            while ring_len[c] > 0 and ring_threshold[base + ring_front[c]] <= limit:
+                finished[count] = ring_row[base + ring_front[c]]
+                count += 1
+                ring_front[c] = (ring_front[c] + 1) % ring_cap[c]
+                ring_len[c] -= 1
+                members[c] -= 1
+            head[c] = ring_threshold[base + ring_front[c]] if ring_len[c] > 0 else np.inf
+            if not flagged[c]:
+                flagged[c] = True
+                touched[counters[1]] = c
+                counters[1] += 1
+            if ring_len[c] == 0:
+                counters[0] -= 1
+                active[i] = active[counters[0]]
+        i -= 1
     return count
 
 
@@ -350,8 +495,8 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
             child_ptr: np.ndarray, child_flat: np.ndarray, of_class: np.ndarray, local: np.ndarray,
             members: np.ndarray, progress: np.ndarray, head: np.ndarray, slice_bytes: float,
             ring_base: np.ndarray, ring_cap: np.ndarray, ring_front: np.ndarray, ring_len: np.ndarray,
-            ring_threshold: np.ndarray, ring_row: np.ndarray, active: np.ndarray, active_at: np.ndarray,
-            touched: np.ndarray, flagged: np.ndarray, counters: np.ndarray) -> tuple[int, bool]:
+            ring_threshold: np.ndarray, ring_row: np.ndarray, active: np.ndarray, touched: np.ndarray,
+            flagged: np.ndarray, counters: np.ndarray) -> tuple[int, bool]:
     """Handle slices that finished sending and slices that arrived at one instant: start what they free
     (the finished and arrived transfers and the arrived ones' children), again for local copies that
     complete at once; returns (slices arrived, whether any did)."""
@@ -367,24 +512,13 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
             any_arrival = True
         done += n_a
         counters[2] += 1
-        stamp = counters[2]
-        count = 0
-        for i in range(n_f):
-            count = _consider(source_f[i], rows, count, mark, stamp, busy, sent, arrived, slices, window,
-                              dep_ptr, dep_flat)
-        for i in range(n_a):
-            count = _consider(source_a[i], rows, count, mark, stamp, busy, sent, arrived, slices, window,
-                              dep_ptr, dep_flat)
-        for i in range(n_a):
-            x = source_a[i]
-            for k in range(child_ptr[x], child_ptr[x + 1]):
-                count = _consider(child_flat[k], rows, count, mark, stamp, busy, sent, arrived, slices, window,
-                                  dep_ptr, dep_flat)
+        count = _candidates(source_f, n_f, source_a, n_a, child_ptr, child_flat, mark, counters[2], rows)
+        count = _ready(rows, count, busy, sent, arrived, slices, window, dep_ptr, dep_flat)
         quick = quick_a if first else quick_b
         first = not first
         n_quick = _join(rows, count, quick, sent, arrived, busy, of_class, local, members, progress, head,
                         slice_bytes, ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row, active,
-                        active_at, touched, flagged, counters)
+                        touched, flagged, counters)
         source_a = quick
         source_f = quick
         n_a = n_quick
@@ -424,7 +558,6 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     ring_threshold = np.empty(count)
     ring_row = np.empty(count, dtype=np.int64)
     active = np.empty(num_classes, dtype=np.int64)
-    active_at = np.empty(num_classes, dtype=np.int64)
     touched = np.empty(num_classes, dtype=np.int64)
     flagged = np.zeros(num_classes, dtype=np.bool_)
     counters = np.zeros(3, dtype=np.int64)  # classes with members, classes touched, candidate stamp
@@ -433,10 +566,18 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     quick_a = np.empty(count, dtype=np.int64)
     quick_b = np.empty(count, dtype=np.int64)
     finished = np.empty(count, dtype=np.int64)
-    arrivals = np.empty(count, dtype=np.int64)
     heap_time = np.empty(count)
-    heap_row = np.empty(count, dtype=np.int64)
-    heap_n = 0
+    heap_head = np.empty(count, dtype=np.int64)
+    # slices in flight: a pool of nodes (row, next) chained into groups that arrive at one time, a group
+    # per distinct arrival time among the slices that finish on one event (at most 32 looked up);
+    # ``pool``: the heap's size, the first free node, how many are free
+    node_row = np.empty(count, dtype=np.int64)
+    node_next = np.arange(1, count + 1, dtype=np.int64)
+    node_next[count - 1] = -1
+    pool = np.array([0, 0, count], dtype=np.int64)
+    arrivals = np.empty(2 * count, dtype=np.int64)  # room for every node in flight and every transfer
+    group_time = np.empty(32)
+    group_head = np.empty(32, dtype=np.int64)
     memo_count = 0
     index, hashes, keys, values = _memo_grown(np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64),
                                               np.empty(0), 0, min(64, memo_entries), width)
@@ -460,7 +601,7 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     added, any_arrival = _settle(arrivals, 0, finished, n_finished, quick_a, quick_b, rows, mark, busy, sent,
                                  arrived, slices, window, dep_ptr, dep_flat, child_ptr, child_flat, of_class,
                                  local, members, progress, head, slice_bytes, ring_base, ring_cap, ring_front,
-                                 ring_len, ring_threshold, ring_row, active, active_at, touched, flagged, counters)
+                                 ring_len, ring_threshold, ring_row, active, touched, flagged, counters)
     done += added
     while done < total:
         # Slices are still to arrive, none before ``now``: the time is at least now + base.
@@ -468,7 +609,7 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
             return CUT_OFF, np.inf, events, rate_updates, work
         events += 1
         streaming = counters[0] > 0
-        if not streaming and heap_n == 0:
+        if not streaming and pool[0] == 0:
             return STALLED, np.nan, events, rate_updates, work
         if counters[1] > 0:
             differ = False
@@ -503,7 +644,7 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
                 elif time != time:
                     step = time
                     break
-        if heap_n > 0:
+        if pool[0] > 0:
             gap = heap_time[0] - now
             if 0.0 > gap:
                 gap = 0.0
@@ -512,51 +653,26 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
         now += step
         n_finished = 0
         if streaming:
-            for i in range(counters[0]):
-                c = active[i]
-                progress[c] += rate[c] * step
-            i = counters[0] - 1
-            while i >= 0:
-                c = active[i]
-                if head[c] <= progress[c] + tolerance:
-                    n_finished = _finish(c, progress[c] + tolerance, finished, n_finished, members, head,
-                                         ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row)
-                    _touch(c, touched, flagged, counters)
-                    if ring_len[c] == 0:
-                        last = active[counters[0] - 1]
-                        active[i] = last
-                        active_at[last] = i
-                        counters[0] -= 1
-                i -= 1
-        n_arrived = 0
-        for i in range(n_finished):
-            row = finished[i]
-            busy[row] = False
-            sent[row] += 1
-            wait = delay[of_class[row]]
-            if wait <= 0:
-                arrivals[n_arrived] = row
-                n_arrived += 1
-            elif wait > 0:
-                if heap_n == heap_time.size:
-                    heap_time = _grown(heap_time, heap_n)
-                    heap_row = _grown(heap_row, heap_n)
-                _push(heap_time, heap_row, heap_n, now + wait, row)
-                heap_n += 1
+            n_finished = _finish(step, tolerance, finished, rate, members, progress, head, ring_base, ring_cap,
+                                 ring_front, ring_len, ring_threshold, ring_row, active, touched, flagged, counters)
+        while pool[2] < n_finished:
+            size = node_row.size
+            node_row, node_next = _more_nodes(node_row, node_next, pool[1])
+            pool[1] = size
+            pool[2] += size
+            arrivals = np.empty(node_row.size + count, dtype=np.int64)
+        while heap_time.size < pool[0] + n_finished:
+            heap_time = _grown(heap_time, pool[0])
+            heap_head = _grown(heap_head, pool[0])
+        n_arrived = _send(now, finished, n_finished, busy, sent, delay, of_class, arrivals, heap_time, heap_head,
+                          node_row, node_next, group_time, group_head, pool)
         horizon = now + (1e-30 if 1e-30 > now else now) * relative_tolerance
-        while heap_n > 0 and heap_time[0] <= horizon:
-            if n_arrived == arrivals.size:
-                arrivals = _grown(arrivals, n_arrived)
-            arrivals[n_arrived] = _pop(heap_time, heap_row, heap_n)
-            heap_n -= 1
-            n_arrived += 1
-        for i in range(n_arrived):
-            arrived[arrivals[i]] += 1
+        n_arrived = _arrive(horizon, arrivals, n_arrived, arrived, heap_time, heap_head, node_row, node_next, pool)
         added, any_arrival = _settle(arrivals, n_arrived, finished, n_finished, quick_a, quick_b, rows, mark,
                                      busy, sent, arrived, slices, window, dep_ptr, dep_flat, child_ptr,
                                      child_flat, of_class, local, members, progress, head, slice_bytes,
                                      ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
-                                     active, active_at, touched, flagged, counters)
+                                     active, touched, flagged, counters)
         done += added
         if any_arrival:
             last_arrival = now

@@ -142,3 +142,21 @@ def test_the_work_limit_message_is_the_reference_one():
     plan = make_plan(schedule.chunks, 2**22, "Simple", slices=4)
     refused = same(schedule, topology, 2**22, plan, work_limit=0)
     assert refused[0] == LimitError.__name__ and "work limit of 0 after 1 events" in refused[1]
+
+
+def test_kernels_compile_without_a_writable_cache(monkeypatch):
+    # numba refuses cache=True where it finds no writable cache folder: the kernels are then compiled
+    # in each process instead of failing the import
+    from synth import flow_kernels
+
+    seen = []
+
+    def njit(**options):
+        seen.append(options)
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available")
+        return lambda function: function
+
+    monkeypatch.setattr(flow_kernels, "njit", njit)
+    assert flow_kernels._compiled(len) is len
+    assert seen == [{"cache": True, "error_model": "numpy"}, {"error_model": "numpy"}]
