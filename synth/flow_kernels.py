@@ -121,70 +121,6 @@ def _push_groups(times: np.ndarray, heads: np.ndarray, n: int, group_time: np.nd
 
 
 @_compiled
-def _send(now: float, finished: np.ndarray, n_finished: int, busy: np.ndarray, sent: np.ndarray,
-          delay: np.ndarray, of_class: np.ndarray, arrivals: np.ndarray, heap_time: np.ndarray,
-          heap_head: np.ndarray, node_row: np.ndarray, node_next: np.ndarray, group_time: np.ndarray,
-          group_head: np.ndarray, pool: np.ndarray) -> int:
-    """The ``n_finished`` slices have left their source: those without latency arrive now (written to
-    ``arrivals``; returns how many), the others wait in the heap, chained in a group per arrival time
-    (``pool``: the heap's size, the first free node, free nodes; the caller leaves room for all).
-
-    The steps called per slice are written out in the loop (see :func:`_candidates`).
-    """
-    immediate = 0
-    groups = 0
-    for i in range(n_finished):
-        row = finished[i]
-        busy[row] = False
-        sent[row] += 1
-        wait = delay[of_class[row]]
-        if wait <= 0:
-            arrivals[immediate] = row
-            immediate += 1
-        elif wait > 0:
-            when = now + wait
-            g = 0
-            while g < groups and group_time[g] != when:
-                g += 1
-            if g == groups:
-                if groups == group_time.size:
-                    pool[0] = _push_groups(heap_time, heap_head, pool[0], group_time, group_head, groups)
-                    g = groups = 0
-                group_time[g] = when
-                group_head[g] = -1
-                groups += 1
-            node = pool[1]
-            pool[1] = node_next[node]
-            pool[2] -= 1
-            node_row[node] = row
-            node_next[node] = group_head[g]
-            group_head[g] = node
-    pool[0] = _push_groups(heap_time, heap_head, pool[0], group_time, group_head, groups)
-    return immediate
-
-
-@_compiled
-def _arrive(horizon: float, arrivals: np.ndarray, n_arrived: int, arrived: np.ndarray, heap_time: np.ndarray,
-            heap_head: np.ndarray, node_row: np.ndarray, node_next: np.ndarray, pool: np.ndarray) -> int:
-    """Take every group due by ``horizon`` off the heap, its slices appended to the ``n_arrived``
-    ``arrivals`` (their nodes freed), and count every arrival in ``arrived``; returns how many arrived."""
-    while pool[0] > 0 and heap_time[0] <= horizon:
-        node = _pop(heap_time, heap_head, pool[0])
-        pool[0] -= 1
-        while node >= 0:
-            arrivals[n_arrived] = node_row[node]
-            n_arrived += 1
-            after = node_next[node]
-            node_next[node] = pool[1]
-            pool[1] = node
-            pool[2] += 1
-            node = after
-    for i in range(n_arrived):
-        arrived[arrivals[i]] += 1
-    return n_arrived
-
-
-@_compiled
 def _fill(members: np.ndarray, shared: np.ndarray, fill_link: np.ndarray, fill_slot: np.ndarray,
           capacity: np.ndarray, out: np.ndarray, scratch_int: np.ndarray, scratch: np.ndarray,
           hit: np.ndarray) -> int:
@@ -357,138 +293,6 @@ def _shared_rates(members: np.ndarray, rate: np.ndarray, shared: np.ndarray, fil
 
 
 @_compiled
-def _candidates(finished: np.ndarray, n_finished: int, arrivals: np.ndarray, n_arrived: int,
-                child_ptr: np.ndarray, child_flat: np.ndarray, mark: np.ndarray, stamp: int,
-                rows: np.ndarray) -> int:
-    """Write the transfers that may start a slice now into ``rows``, each once (``mark``ed with
-    ``stamp``): the finished and the arrived ones and the arrived ones' children; returns how many.
-
-    The steps called per slice are written out in these loops, not called: numba counts references to
-    every array passed to a call, and those atomic counts would cost more than the step.
-    """
-    count = 0
-    for i in range(n_finished):
-        row = finished[i]
-        if mark[row] != stamp:
-            mark[row] = stamp
-            rows[count] = row
-            count += 1
-    for i in range(n_arrived):
-        row = arrivals[i]
-        if mark[row] != stamp:
-            mark[row] = stamp
-            rows[count] = row
-            count += 1
-    for i in range(n_arrived):
-        parent = arrivals[i]
-        for k in range(child_ptr[parent], child_ptr[parent + 1]):
-            row = child_flat[k]
-            if mark[row] != stamp:
-                mark[row] = stamp
-                rows[count] = row
-                count += 1
-    return count
-
-
-@_compiled
-def _ready(rows: np.ndarray, count: int, busy: np.ndarray, sent: np.ndarray, arrived: np.ndarray, slices: int,
-           window: int, dep_ptr: np.ndarray, dep_flat: np.ndarray) -> int:
-    """Keep (in place, at the front of ``rows``) the candidates whose next slice may start: none is
-    streaming, slices are left, the slice ``window`` back has arrived and so has this slice of every dep;
-    returns how many. Every test reads the state before any of them starts."""
-    kept = 0
-    for i in range(count):
-        row = rows[i]
-        next_slice = sent[row]
-        if busy[row] or next_slice >= slices or arrived[row] <= next_slice - window:
-            continue
-        ready = True
-        for k in range(dep_ptr[row], dep_ptr[row + 1]):
-            if arrived[dep_flat[k]] <= next_slice:
-                ready = False
-                break
-        if ready:
-            rows[kept] = row
-            kept += 1
-    return kept
-
-
-@_compiled
-def _join(rows: np.ndarray, count: int, quick: np.ndarray, sent: np.ndarray, arrived: np.ndarray,
-          busy: np.ndarray, of_class: np.ndarray, local: np.ndarray, members: np.ndarray, progress: np.ndarray,
-          head: np.ndarray, slice_bytes: float, ring_base: np.ndarray, ring_cap: np.ndarray,
-          ring_front: np.ndarray, ring_len: np.ndarray, ring_threshold: np.ndarray, ring_row: np.ndarray,
-          active: np.ndarray, touched: np.ndarray, flagged: np.ndarray, counters: np.ndarray) -> int:
-    """Start the next slice of each of the ``count`` rows: a local one arrives at once (written to
-    ``quick``; returns how many), any other joins its class's queue at ``progress + slice_bytes`` (the
-    class's counter restarting at 0 when it was idle) and the class is noted as touched (``counters``:
-    classes with members, classes touched)."""
-    instant = 0
-    for i in range(count):
-        row = rows[i]
-        c = of_class[row]
-        if local[c]:
-            sent[row] += 1
-            arrived[row] += 1
-            quick[instant] = row
-            instant += 1
-            continue
-        busy[row] = True
-        if ring_len[c] == 0:
-            progress[c] = 0.0
-            head[c] = slice_bytes
-            active[counters[0]] = c
-            counters[0] += 1
-        at = ring_base[c] + (ring_front[c] + ring_len[c]) % ring_cap[c]
-        ring_threshold[at] = progress[c] + slice_bytes
-        ring_row[at] = row
-        ring_len[c] += 1
-        members[c] += 1
-        if not flagged[c]:
-            flagged[c] = True
-            touched[counters[1]] = c
-            counters[1] += 1
-    return instant
-
-
-@_compiled
-def _finish(step: float, tolerance: float, finished: np.ndarray, rate: np.ndarray, members: np.ndarray,
-            progress: np.ndarray, head: np.ndarray, ring_base: np.ndarray, ring_cap: np.ndarray,
-            ring_front: np.ndarray, ring_len: np.ndarray, ring_threshold: np.ndarray, ring_row: np.ndarray,
-            active: np.ndarray, touched: np.ndarray, flagged: np.ndarray, counters: np.ndarray) -> int:
-    """Move every class with members on by ``rate * step`` bytes and take the slices whose threshold is
-    within ``progress + tolerance`` off its queue (into ``finished``; returns how many), setting ``head``;
-    a class left without members leaves ``active``."""
-    n = counters[0]
-    for i in range(n):
-        c = active[i]
-        progress[c] += rate[c] * step
-    count = 0
-    i = n - 1
-    while i >= 0:
-        c = active[i]
-        if head[c] <= progress[c] + tolerance:
-            limit = progress[c] + tolerance
-            base = ring_base[c]
-            while ring_len[c] > 0 and ring_threshold[base + ring_front[c]] <= limit:
-                finished[count] = ring_row[base + ring_front[c]]
-                count += 1
-                ring_front[c] = (ring_front[c] + 1) % ring_cap[c]
-                ring_len[c] -= 1
-                members[c] -= 1
-            head[c] = ring_threshold[base + ring_front[c]] if ring_len[c] > 0 else np.inf
-            if not flagged[c]:
-                flagged[c] = True
-                touched[counters[1]] = c
-                counters[1] += 1
-            if ring_len[c] == 0:
-                counters[0] -= 1
-                active[i] = active[counters[0]]
-        i -= 1
-    return count
-
-
-@_compiled
 def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finished: int, quick_a: np.ndarray,
             quick_b: np.ndarray, rows: np.ndarray, mark: np.ndarray, busy: np.ndarray, sent: np.ndarray,
             arrived: np.ndarray, slices: int, window: int, dep_ptr: np.ndarray, dep_flat: np.ndarray,
@@ -497,9 +301,19 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
             ring_base: np.ndarray, ring_cap: np.ndarray, ring_front: np.ndarray, ring_len: np.ndarray,
             ring_threshold: np.ndarray, ring_row: np.ndarray, active: np.ndarray, touched: np.ndarray,
             flagged: np.ndarray, counters: np.ndarray) -> tuple[int, bool]:
-    """Handle slices that finished sending and slices that arrived at one instant: start what they free
-    (the finished and arrived transfers and the arrived ones' children), again for local copies that
-    complete at once; returns (slices arrived, whether any did)."""
+    """Handle slices that finished sending and slices that arrived at one instant: start what they free,
+    again for local copies that complete at once; returns (slices arrived, whether any did).
+
+    Longer than the house limit on purpose: its three steps are written out in one body, not called,
+    since numba counts references (atomically) to every array passed to a call, which on schedules of
+    millions of short events costs more than the steps. The steps: (1) the candidates, each once
+    (``mark``ed with a fresh stamp, ``counters[2]``): the finished and arrived transfers and the arrived
+    ones' children; (2) those whose next slice may start, every test reading the state before any of
+    them starts: none streaming, slices left, the slice ``window`` back arrived, and this slice of every
+    dep; (3) start them: a local one arrives at once (``quick``, handled on the next round), any other
+    joins its class's queue at ``progress + slice_bytes`` (the counter restarting at 0 on an idle class),
+    the class noted as touched (``counters``: classes with members, classes touched).
+    """
     done = 0
     any_arrival = False
     first = True
@@ -512,17 +326,67 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
             any_arrival = True
         done += n_a
         counters[2] += 1
-        count = _candidates(source_f, n_f, source_a, n_a, child_ptr, child_flat, mark, counters[2], rows)
-        count = _ready(rows, count, busy, sent, arrived, slices, window, dep_ptr, dep_flat)
+        stamp = counters[2]
+        count = 0
+        for i in range(n_f + n_a):
+            row = source_f[i] if i < n_f else source_a[i - n_f]
+            if mark[row] != stamp:
+                mark[row] = stamp
+                rows[count] = row
+                count += 1
+        for i in range(n_a):
+            parent = source_a[i]
+            for k in range(child_ptr[parent], child_ptr[parent + 1]):
+                row = child_flat[k]
+                if mark[row] != stamp:
+                    mark[row] = stamp
+                    rows[count] = row
+                    count += 1
+        kept = 0
+        for i in range(count):
+            row = rows[i]
+            next_slice = sent[row]
+            if busy[row] or next_slice >= slices or arrived[row] <= next_slice - window:
+                continue
+            ready = True
+            for k in range(dep_ptr[row], dep_ptr[row + 1]):
+                if arrived[dep_flat[k]] <= next_slice:
+                    ready = False
+                    break
+            if ready:
+                rows[kept] = row
+                kept += 1
         quick = quick_a if first else quick_b
         first = not first
-        n_quick = _join(rows, count, quick, sent, arrived, busy, of_class, local, members, progress, head,
-                        slice_bytes, ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row, active,
-                        touched, flagged, counters)
+        instant = 0
+        for i in range(kept):
+            row = rows[i]
+            c = of_class[row]
+            if local[c]:
+                sent[row] += 1
+                arrived[row] += 1
+                quick[instant] = row
+                instant += 1
+                continue
+            busy[row] = True
+            if ring_len[c] == 0:
+                progress[c] = 0.0
+                head[c] = slice_bytes
+                active[counters[0]] = c
+                counters[0] += 1
+            at = ring_base[c] + (ring_front[c] + ring_len[c]) % ring_cap[c]
+            ring_threshold[at] = progress[c] + slice_bytes
+            ring_row[at] = row
+            ring_len[c] += 1
+            members[c] += 1
+            if not flagged[c]:
+                flagged[c] = True
+                touched[counters[1]] = c
+                counters[1] += 1
         source_a = quick
         source_f = quick
-        n_a = n_quick
-        n_f = n_quick
+        n_a = instant
+        n_f = instant
     return done, any_arrival
 
 
@@ -536,8 +400,10 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     :data:`DONE`, :data:`CUT_OFF` (time inf), :data:`STALLED` and :data:`PAST_WORK_LIMIT`.
 
     Longer than the house limit on purpose: the reference's loop body step for step (rates, step, progress
-    and finished slices, arrivals, settle) over state that lives in this frame (arrays that grow are
-    reassigned here), each step a few lines or a call to one of the kernels above.
+    and finished slices, departures and arrivals, settle) over state that lives in this frame (arrays
+    that grow are reassigned here); the steps that run per slice are written out, not called, since
+    numba counts references (atomically) to every array passed to a call, which on schedules of millions
+    of short events costs more than the steps (:func:`_settle` is the one call per event).
     """
     count = of_class.size
     num_classes = delay.size
@@ -651,10 +517,33 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
             if gap < step:
                 step = gap
         now += step
+        # every class with members moves on; its slices within progress + tolerance are done
         n_finished = 0
         if streaming:
-            n_finished = _finish(step, tolerance, finished, rate, members, progress, head, ring_base, ring_cap,
-                                 ring_front, ring_len, ring_threshold, ring_row, active, touched, flagged, counters)
+            for i in range(counters[0]):
+                c = active[i]
+                progress[c] += rate[c] * step
+            i = counters[0] - 1
+            while i >= 0:
+                c = active[i]
+                if head[c] <= progress[c] + tolerance:
+                    limit = progress[c] + tolerance
+                    at = ring_base[c]
+                    while ring_len[c] > 0 and ring_threshold[at + ring_front[c]] <= limit:
+                        finished[n_finished] = ring_row[at + ring_front[c]]
+                        n_finished += 1
+                        ring_front[c] = (ring_front[c] + 1) % ring_cap[c]
+                        ring_len[c] -= 1
+                        members[c] -= 1
+                    head[c] = ring_threshold[at + ring_front[c]] if ring_len[c] > 0 else np.inf
+                    if not flagged[c]:
+                        flagged[c] = True
+                        touched[counters[1]] = c
+                        counters[1] += 1
+                    if ring_len[c] == 0:
+                        counters[0] -= 1
+                        active[i] = active[counters[0]]
+                i -= 1
         while pool[2] < n_finished:
             size = node_row.size
             node_row, node_next = _more_nodes(node_row, node_next, pool[1])
@@ -664,10 +553,52 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
         while heap_time.size < pool[0] + n_finished:
             heap_time = _grown(heap_time, pool[0])
             heap_head = _grown(heap_head, pool[0])
-        n_arrived = _send(now, finished, n_finished, busy, sent, delay, of_class, arrivals, heap_time, heap_head,
-                          node_row, node_next, group_time, group_head, pool)
+        # the finished slices have left: without latency they arrive now, else they wait in the heap,
+        # chained in a group per arrival time
+        n_arrived = 0
+        groups = 0
+        for i in range(n_finished):
+            row = finished[i]
+            busy[row] = False
+            sent[row] += 1
+            wait = delay[of_class[row]]
+            if wait <= 0:
+                arrivals[n_arrived] = row
+                n_arrived += 1
+            elif wait > 0:
+                when = now + wait
+                g = 0
+                while g < groups and group_time[g] != when:
+                    g += 1
+                if g == groups:
+                    if groups == group_time.size:
+                        pool[0] = _push_groups(heap_time, heap_head, pool[0], group_time, group_head, groups)
+                        g = groups = 0
+                    group_time[g] = when
+                    group_head[g] = -1
+                    groups += 1
+                node = pool[1]
+                pool[1] = node_next[node]
+                pool[2] -= 1
+                node_row[node] = row
+                node_next[node] = group_head[g]
+                group_head[g] = node
+        pool[0] = _push_groups(heap_time, heap_head, pool[0], group_time, group_head, groups)
+        # every group due by the horizon arrives (its nodes freed)
         horizon = now + (1e-30 if 1e-30 > now else now) * relative_tolerance
-        n_arrived = _arrive(horizon, arrivals, n_arrived, arrived, heap_time, heap_head, node_row, node_next, pool)
+        while pool[0] > 0 and heap_time[0] <= horizon:
+            node = _pop(heap_time, heap_head, pool[0])
+            pool[0] -= 1
+            while node >= 0:
+                arrivals[n_arrived] = node_row[node]
+                n_arrived += 1
+                after = node_next[node]
+                node_next[node] = pool[1]
+                pool[1] = node
+                pool[2] += 1
+                node = after
+        for i in range(n_arrived):
+            arrived[arrivals[i]] += 1
         added, any_arrival = _settle(arrivals, n_arrived, finished, n_finished, quick_a, quick_b, rows, mark,
                                      busy, sent, arrived, slices, window, dep_ptr, dep_flat, child_ptr,
                                      child_flat, of_class, local, members, progress, head, slice_bytes,
