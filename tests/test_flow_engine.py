@@ -7,7 +7,7 @@ import dataclasses
 import functools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from strategies import topologies
 
@@ -54,7 +54,7 @@ def check_limits(schedule, topology, size, plan) -> None:
         same(schedule, topology, size, plan, work_limit=limit)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topology=topologies(max_gpus=6, max_switches=2), data=st.data())
 def test_compiled_engine_gives_the_reference_result(topology, data):
     algorithm, kind = data.draw(st.sampled_from([("ring", "allgather"), ("ring", "allreduce"),
@@ -65,7 +65,9 @@ def test_compiled_engine_gives_the_reference_result(topology, data):
     try:
         schedule = synthesize(topology, kind, algorithm, chunks=chunks)
     except SynthError:
+        event("refused")
         return  # forest refuses some random fabrics
+    event(algorithm)
     if data.draw(st.booleans()):
         schedule = with_local_ops(schedule, data.draw(st.integers(2, 5)))
     size = data.draw(st.sampled_from([1000, 2**20, 10**9]))
