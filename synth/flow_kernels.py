@@ -432,16 +432,17 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     quick_a = np.empty(count, dtype=np.int64)
     quick_b = np.empty(count, dtype=np.int64)
     finished = np.empty(count, dtype=np.int64)
-    heap_time = np.empty(count)
-    heap_head = np.empty(count, dtype=np.int64)
+    heap_time = np.empty(64)  # the heap and the node pool grow as slices wait in flight
+    heap_head = np.empty(64, dtype=np.int64)
     # slices in flight: a pool of nodes (row, next) chained into groups that arrive at one time, a group
     # per distinct arrival time among the slices that finish on one event (at most 32 looked up);
     # ``pool``: the heap's size, the first free node, how many are free
-    node_row = np.empty(count, dtype=np.int64)
-    node_next = np.arange(1, count + 1, dtype=np.int64)
-    node_next[count - 1] = -1
-    pool = np.array([0, 0, count], dtype=np.int64)
-    arrivals = np.empty(2 * count, dtype=np.int64)  # room for every node in flight and every transfer
+    nodes = 1024
+    node_row = np.empty(nodes, dtype=np.int64)
+    node_next = np.arange(1, nodes + 1, dtype=np.int64)
+    node_next[nodes - 1] = -1
+    pool = np.array([0, 0, nodes], dtype=np.int64)
+    arrivals = np.empty(nodes + count, dtype=np.int64)  # room for every node in flight and every transfer
     group_time = np.empty(32)
     group_head = np.empty(32, dtype=np.int64)
     memo_count = 0
