@@ -43,8 +43,9 @@ def _compiled(function: Callable[..., Any], **options: Any) -> Any:
 
 
 def _inlined(function: Callable[..., Any]) -> Any:
-    """:func:`_compiled`, and inlined where it is called (numba's IR inlining): a small step called per
-    slice then costs no call and no reference counting of its array arguments."""
+    """:func:`_compiled`, and inlined where it is called (numba's IR inlining), for the small heap and memo
+    steps called once per group of slices or per rate update. Inlining saves the call but not numba's
+    reference counting of the array arguments, so the steps run per slice are written out instead."""
     return _compiled(function, inline="always")
 
 
