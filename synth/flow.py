@@ -29,7 +29,7 @@ of two engines runs the events:
 - ``compiled`` (the default): the event loop compiled by numba (:mod:`synth.flow_kernels`), one event at
   a time over flat arrays. numba is imported at the first simulation in a process, not with this module,
   and the machine code is cached on disk: the first simulation on a machine (or after the kernels'
-  source changes) compiles it, about 12 s on a 2-core machine, and a later process loads it with numba's
+  source changes) compiles it, about 14 s of one core's time, and a later process loads it with numba's
   import in about 0.5 s (where no cache folder is writable, every process compiles);
 - ``reference``: the same loop in numpy, a batch of array operations per event
   (:mod:`synth.flow_reference`): 35 to 60 times slower where events dominate (forests whose slices keep
