@@ -32,8 +32,8 @@ of two engines runs the events:
   source changes) compiles it, about 14 s of one core's time, and a later process loads it with numba's
   import in about 0.5 s (where no cache folder is writable, every process compiles);
 - ``reference``: the same loop in numpy, a batch of array operations per event
-  (:mod:`synth.flow_reference`): 35 to 60 times slower where events dominate (forests whose slices keep
-  changing which flows share a link), 6 to 10 times where a million transfers with few events leave the
+  (:mod:`synth.flow_reference`): 30 to 65 times slower where events dominate (forests whose slices keep
+  changing which flows share a link), 4 to 10 times where a million transfers with few events leave the
   Python pass that builds the classes as the main cost (``bench/bench_flow.py``).
 
 Both do the same floating-point operations in the same order, so their results are identical to the
