@@ -17,13 +17,27 @@ an execution :class:`~synth.plan.Plan`:
 - a transfer whose path has one node (a local copy or reduce) takes no time;
 - the protocol's base latency is added once; reductions cost no time.
 
-How it runs: events are handled in batches (every slice finishing at one instant together, numpy over
-the batch), slices with the same path share one *class* (same rate, FIFO finish order, one byte counter)
-and rates are recomputed only when some class's membership changed. State is per transfer (slices
-sent, slices arrived), not per slice, so memory is linear in transfers whatever the slice count. Slices
-of one class all move at the same rate, so they finish in the order they joined: a class keeps one byte
-counter and a queue of the groups of slices that joined together, with the counter value at which
-each group is done.
+How it runs: slices with the same path share one *class* (same rate, FIFO finish order, one byte counter),
+and rates are recomputed only when some class's membership changed; the rates of the classes that share
+a link come from progressive filling and are remembered by their member counts. State is per transfer
+(slices sent, slices arrived), not per slice, so memory is linear in transfers whatever the slice count.
+Slices of one class all move at the same rate, so they finish in the order they joined: a class keeps
+one byte counter and a queue of its slices, each with the counter value at which it is done. The
+classes, deps and link incidence are built here in one pass over the transfers (numpy arrays), then one
+of two engines runs the events:
+
+- ``compiled`` (the default): the event loop compiled by numba (:mod:`synth.flow_kernels`), one event at
+  a time over flat arrays. numba is imported at the first simulation in a process, not with this module,
+  and the machine code is cached on disk: the first simulation on a machine (or after the kernels'
+  source changes) compiles it, about 14 s of one core's time, and a later process loads it with numba's
+  import in about 0.5 s (where no cache folder is writable, every process compiles);
+- ``reference``: the same loop in numpy, a batch of array operations per event
+  (:mod:`synth.flow_reference`): 30 to 65 times slower where events dominate (forests whose slices keep
+  changing which flows share a link), 4 to 10 times where a million transfers with few events leave the
+  Python pass that builds the classes as the main cost (``bench/bench_flow.py``).
+
+Both do the same floating-point operations in the same order, so their results are identical to the
+last digit (time, events, rate updates and link-sharing work); the tests compare them.
 
 Latency is never paid per slice, so cutting chunks into more slices (within the window) costs no
 latency. Like any greedy schedule under fair sharing, though, the model has small anomalies: reordering
@@ -43,17 +57,15 @@ Examples
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from array import array
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-from synth.errors import LimitError, VerificationError
+from synth.errors import InputError, LimitError, VerificationError
 from synth.plan import Plan, Protocol, make_plan
 from synth.schedule import Schedule, Transfer
 from synth.topology import Topology
@@ -63,6 +75,9 @@ GIGA = 10**9
 MICRO = 1e-6
 #: Relative tolerance under which two events count as simultaneous.
 _TOLERANCE = 1e-9
+
+#: The simulator's engines (see the module doc).
+Engine = Literal["compiled", "reference"]
 
 
 @dataclass(frozen=True)
@@ -103,130 +118,53 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology,
     entry_class: list[int] = []
     delay: list[float] = []
     local: list[bool] = []
-    of_transfer = np.empty(count, dtype=np.int64)
-    dep_counts = np.empty(count, dtype=np.int64)
-    dep_flat = array("q")
+    ids, of_class, dep_counts, dep_flat = array("q"), array("q"), array("q"), array("q")
+
+    def new_class(t: Transfer) -> int:
+        cls = len(delay)
+        class_of_path[t.path] = cls
+        for hop in zip(t.path, t.path[1:], strict=False):
+            index = link_index.get(hop)
+            if index is None:
+                index = len(capacity)
+                link_index[hop] = index
+                capacity.append(topology.bandwidth(*hop) * GIGA * efficiency)
+            entry_link.append(index)
+            entry_class.append(cls)
+        is_local = len(t.path) < 2
+        local.append(is_local)
+        if is_local:
+            delay.append(0.0)
+        else:
+            between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
+            step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
+            delay.append((topology.path_latency(t.path) + step) * MICRO)
+        return cls
+
+    known = class_of_path.get
     for t in transfers:
-        cls = class_of_path.get(t.path)
-        if cls is None:
-            cls = len(delay)
-            class_of_path[t.path] = cls
-            for hop in zip(t.path, t.path[1:], strict=False):
-                index = link_index.get(hop)
-                if index is None:
-                    index = len(capacity)
-                    link_index[hop] = index
-                    capacity.append(topology.bandwidth(*hop) * GIGA * efficiency)
-                entry_link.append(index)
-                entry_class.append(cls)
-            is_local = len(t.path) < 2
-            local.append(is_local)
-            if is_local:
-                delay.append(0.0)
-            else:
-                between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
-                step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
-                delay.append((topology.path_latency(t.path) + step) * MICRO)
-        of_transfer[t.id] = cls
-        dep_counts[t.id] = len(t.deps)
-        dep_flat.extend(t.deps)
+        cls = known(t.path)
+        ids.append(t.id)
+        of_class.append(new_class(t) if cls is None else cls)
+        deps = t.deps
+        dep_counts.append(len(deps))
+        dep_flat.extend(deps)
+    of_transfer = np.empty(count, dtype=np.int64)
+    by_id = np.frombuffer(ids, dtype=np.int64) if count else np.empty(0, dtype=np.int64)
+    of_transfer[by_id] = np.frombuffer(of_class, dtype=np.int64) if count else by_id
+    counts = np.empty(count, dtype=np.int64)
+    counts[by_id] = np.frombuffer(dep_counts, dtype=np.int64) if count else by_id
     classes = _Classes(of_transfer, np.array(entry_link, dtype=np.int64), np.array(entry_class, dtype=np.int64),
                        np.array(capacity, dtype=np.float64), np.array(delay, dtype=np.float64),
                        np.array(local, dtype=bool))
     flat = np.frombuffer(dep_flat, dtype=np.int64).copy() if len(dep_flat) else np.empty(0, dtype=np.int64)
-    return classes, dep_counts, flat
+    return classes, counts, flat
+
+
 
 
 #: Memory for remembered max-min rates, in bytes (each set of active flows costs 8 bytes per path class).
 MEMO_BYTES = 64 * 2**20
-
-
-class _MaxMin:
-    """Max-min fair per-flow rates of path classes by progressive filling.
-
-    Raise every unfrozen flow's rate together until some link is full, freeze the flows crossing it,
-    repeat. A class of ``m`` active flows weighs ``m`` on each of its links.
-
-    Classes that share no link with another class (a torus's neighbour-to-neighbour paths, a box's direct
-    links) need no filling: such a class's rate is its narrowest link over its own flow count, one array
-    division for all of them. Only the classes that share a link are filled, and their rates are
-    remembered by their member counts alone, so an event that changes only a lone class reuses them. A
-    lone class touches no other class's link, so leaving it out changes no other class's level.
-    """
-
-    def __init__(self, entry_link: np.ndarray, entry_class: np.ndarray, capacity: np.ndarray,
-                 num_classes: int) -> None:
-        self.capacity = capacity
-        self.num_classes = num_classes
-        shared = _shared_classes(entry_link, entry_class, len(capacity), num_classes)
-        # a lone class's rate is its narrowest link over its flow count (inf: no links, never active)
-        self._narrowest = np.full(num_classes, np.inf)
-        lone_entries = ~shared[entry_class]
-        np.minimum.at(self._narrowest, entry_class[lone_entries], capacity[entry_link[lone_entries]])
-        self.shared = np.flatnonzero(shared)
-        self.entry_link = entry_link[~lone_entries]
-        self.entry_class = entry_class[~lone_entries]
-        # Pipelined schedules revisit the same sets of active flows many times (every slice of a step):
-        # the rates of the shared classes are a function of their member counts alone, so remember the
-        # latest few.
-        self._memo: dict[bytes, np.ndarray] = {}
-        self._memo_entries = max(1, MEMO_BYTES // (16 * max(1, len(self.shared))))
-        self._scratch = np.zeros(num_classes)
-        #: class-link entries handled by :meth:`_fill` so far, summed over its rounds (the cost that grows
-        #: where few rates can be remembered: sets of active flows that rarely repeat)
-        self.work = 0
-
-    def rates(self, members: np.ndarray, rate: np.ndarray) -> None:
-        """Write the per-flow rate (bytes/s) of every class into ``rate`` (0 for idle classes)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            np.divide(self._narrowest, members, out=rate)
-        rate[members == 0] = 0.0
-        if not len(self.shared):
-            return
-        key = members[self.shared].tobytes()
-        known = self._memo.get(key)
-        if known is None:
-            self._fill(members, self._scratch)
-            known = self._scratch[self.shared]
-            if len(self._memo) >= self._memo_entries:
-                self._memo.clear()
-            self._memo[key] = known
-        rate[self.shared] = known
-
-    def _fill(self, members: np.ndarray, rate: np.ndarray) -> None:
-        """Progressive filling over the shared classes' entries (rates of other classes left at 0)."""
-        rate[:] = 0.0
-        weight_all = members[self.entry_class].astype(np.float64)
-        live = weight_all > 0
-        entry_link = self.entry_link[live]
-        entry_class = self.entry_class[live]
-        entry_weight = weight_all[live]
-        num_links = len(self.capacity)
-        remaining = self.capacity.copy()
-        hit = np.zeros(self.num_classes, dtype=bool)
-        share = np.empty(num_links)
-        used = np.empty(num_links, dtype=bool)
-        bincount = np.bincount
-        while entry_link.size:
-            self.work += entry_link.size
-            load = bincount(entry_link, weights=entry_weight, minlength=num_links)
-            np.greater(load, 0, out=used)
-            share.fill(np.inf)
-            np.divide(remaining, load, out=share, where=used)
-            level = share.min()
-            bottleneck = share <= level * (1 + 1e-12)
-            hit[:] = False
-            hit[entry_class[bottleneck[entry_link]]] = True
-            rate[hit] = level
-            newly = hit[entry_class]
-            if newly.all():
-                break
-            remaining -= bincount(entry_link[newly], weights=entry_weight[newly] * level, minlength=num_links)
-            np.maximum(remaining, 0.0, out=remaining)
-            keep = ~newly
-            entry_link = entry_link[keep]
-            entry_class = entry_class[keep]
-            entry_weight = entry_weight[keep]
 
 
 def _shared_classes(entry_link: np.ndarray, entry_class: np.ndarray, num_links: int,
@@ -244,25 +182,28 @@ def _csr(counts: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pointer, flat
 
 
-def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The entries of CSR ``rows`` concatenated, and each entry's position in ``rows``."""
-    if len(rows) == 1:
-        row = int(rows[0])
-        values = flat[pointer[row]:pointer[row + 1]]
-        return values, np.zeros(len(values), dtype=np.int64)
-    starts = pointer[rows]
-    lengths = pointer[rows + 1] - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.empty(0, dtype=flat.dtype), np.empty(0, dtype=np.int64)
-    owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
-    first = np.cumsum(lengths) - lengths
-    index = np.arange(total, dtype=np.int64) - np.repeat(first, lengths) + np.repeat(starts, lengths)
-    return flat[index], owner
+def _transfers(schedule: Schedule | TreeSchedule) -> tuple[int, Iterable[Transfer]]:
+    """How many transfers ``schedule`` has and the transfers themselves (a trees-form schedule's made one at
+    a time as they are read)."""
+    if isinstance(schedule, TreeSchedule):
+        return schedule.num_transfers(), schedule.iter_transfers()
+    return len(schedule.transfers), schedule.transfers
+
+
+def _stall_error() -> VerificationError:
+    return VerificationError("flow simulation stalled: some transfers never become ready "
+                             "(their deps form a cycle; verify the schedule)")
+
+
+def _work_limit_error(schedule: Schedule | TreeSchedule, size: int, plan: Plan, work_limit: int,
+                      events: int) -> LimitError:
+    return LimitError(f"flow simulation of {schedule.algorithm} {schedule.kind} at {size} "
+                      f"bytes under {plan.describe()}: link sharing past the work limit "
+                      f"of {work_limit:,} after {events:,} events")
 
 
 def simulate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan | None = None,
-             cutoff: float | None = None, work_limit: int | None = None) -> float:
+             cutoff: float | None = None, work_limit: int | None = None, engine: Engine = "compiled") -> float:
     """Completion time in seconds of ``schedule`` at ``size`` bytes under ``plan`` (see the module doc).
 
     Without a plan: the ``ideal`` protocol with every chunk one slice, the plain chunk-level α-β model
@@ -292,191 +233,67 @@ def simulate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, p
     """
     if plan is None:
         plan = make_plan(schedule.collective.chunks, size, Protocol.IDEAL, slices=1)
-    return simulate_detailed(schedule, topology, size, plan, cutoff, work_limit).time_s
+    return simulate_detailed(schedule, topology, size, plan, cutoff, work_limit, engine).time_s
 
 
 def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan,
-                      cutoff: float | None = None, work_limit: int | None = None) -> FlowResult:
-    """:func:`simulate` with the event and rate-update counts (for benchmarks).
+                      cutoff: float | None = None, work_limit: int | None = None,
+                      engine: Engine = "compiled") -> FlowResult:
+    """:func:`simulate` with the event and rate-update counts and the link-sharing work (for benchmarks).
 
-    Longer than the house limit on purpose: one event loop over numpy state arrays shared with its two
-    nested steps (``start``: slices that may start now; ``settle``: what finishing and arriving slices
-    free), each under 40 lines; the loop body is the model's definition read in one place, and it runs
-    once per event on schedules of millions of slice transfers, so its state stays in local variables.
+    ``engine``: ``"compiled"`` (numba) or ``"reference"`` (numpy, :mod:`synth.flow_reference`); both give
+    the same result to the last digit.
     """
-    if isinstance(schedule, TreeSchedule):
-        count = schedule.num_transfers()
-        transfers: Iterable[Transfer] = schedule.iter_transfers()
-    else:
-        count = len(schedule.transfers)
-        transfers = schedule.transfers
+    if engine == "reference":
+        from synth.flow_reference import simulate_reference
+
+        return simulate_reference(schedule, topology, size, plan, cutoff, work_limit)
+    if engine != "compiled":
+        raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
+    count, transfers = _transfers(schedule)
     base = plan.costs.base_latency_us * MICRO
     if count == 0:
         return FlowResult(0.0, 0, 0)
-    slices = plan.slices
-    window = plan.window
-    slice_bytes = float(plan.slice_bytes)
     classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan)
-    num_classes = len(classes.delay)
-    of_class = classes.of_transfer
-    delay_of = classes.delay[of_class]
-    local_of = classes.local[of_class]
-    sharing = _MaxMin(classes.entry_link, classes.entry_class, classes.capacity, num_classes)
+    arrays = _kernel_arrays(classes, dep_counts, dep_flat)
+    from synth import flow_kernels
 
+    limit = 2**63 - 1 if work_limit is None else min(int(work_limit), 2**63 - 1)
+    outcome, time_s, events, rate_updates, work = flow_kernels.run(
+        plan.slices, plan.window, float(plan.slice_bytes), _TOLERANCE, base,
+        math.inf if cutoff is None else float(cutoff), limit, *arrays)
+    if outcome == flow_kernels.STALLED:
+        raise _stall_error()
+    if outcome == flow_kernels.PAST_WORK_LIMIT:
+        assert work_limit is not None
+        raise _work_limit_error(schedule, size, plan, work_limit, int(events))
+    return FlowResult(float(time_s), int(events), int(rate_updates), int(work))
+
+
+def _kernel_arrays(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarray) -> tuple[Any, ...]:
+    """The arrays :func:`synth.flow_kernels.run` takes after its scalars: the classes of the transfers, their
+    delays and which are local, the deps and children (CSR), the lone classes' narrowest link, the shared
+    classes and where each class is among them (-1: lone), the shared classes' class-link entries (link,
+    position among the shared), the link capacities and the memo's entry limit (as :class:`_MaxMin` of
+    :mod:`synth.flow_reference` sets them up)."""
+    count = len(dep_counts)
+    num_classes = len(classes.delay)
+    entry_link, entry_class, capacity = classes.entry_link, classes.entry_class, classes.capacity
     dep_ptr, _ = _csr(dep_counts, dep_flat)
     owners = np.repeat(np.arange(count, dtype=np.int64), dep_counts)
     order = np.argsort(dep_flat, kind="stable")
     child_ptr, child_flat = _csr(np.bincount(dep_flat, minlength=count), owners[order])
-
-    sent = np.zeros(count, dtype=np.int64)        # slices that have left the source
-    arrived = np.zeros(count, dtype=np.int64)     # slices that have arrived
-    busy = np.zeros(count, dtype=bool)            # a slice is streaming now
-    members = np.zeros(num_classes, dtype=np.int64)
-    rated = np.zeros(num_classes, dtype=np.int64)
-    progress = np.zeros(num_classes)      # bytes each slice of the class has moved since the class was idle
-    head = np.full(num_classes, np.inf)   # progress at which the class's oldest slice is done
-    rate = np.zeros(num_classes)          # bytes/s of each slice of the class
-    queues: list[deque[tuple[float, np.ndarray]]] = [deque() for _ in range(num_classes)]
-    arrivals: list[tuple[float, int, np.ndarray]] = []
-    sequence = itertools.count()
-    changed = False
-    done = 0
-    total = count * slices
-    now = 0.0
-    events = 0
-    rate_updates = 0
-    tolerance = _TOLERANCE * slice_bytes
-
-    last_arrival = 0.0
-
-    def depmin(rows: np.ndarray) -> np.ndarray:
-        values, owner = _gather(dep_ptr, dep_flat, rows)
-        result = np.full(len(rows), slices, dtype=np.int64)
-        if len(values):
-            np.minimum.at(result, owner, arrived[values])
-        return result
-
-    def start(candidates: np.ndarray) -> np.ndarray:
-        """Start the next slice of every candidate that may; returns the transfers that completed
-        instantly (local ops), whose slices arrived now."""
-        nonlocal changed
-        rows: np.ndarray = candidates[~busy[candidates]]
-        next_slice = sent[rows]
-        rows = rows[(next_slice < slices) & (arrived[rows] > next_slice - window)]
-        if len(rows) > 1:
-            rows = np.unique(rows)
-        elif not len(rows):
-            return rows
-        rows = rows[depmin(rows) > sent[rows]]
-        if not len(rows):
-            return rows
-        instant = local_of[rows]
-        if instant.any():
-            quick: np.ndarray = rows[instant]
-            sent[quick] += 1
-            arrived[quick] += 1
-            rows = rows[~instant]
-        else:
-            quick = rows[:0]
-        if len(rows):
-            busy[rows] = True
-            cls = of_class[rows]
-            if len(rows) == 1:
-                groups = [(int(cls[0]), rows)]
-            else:
-                by_class = np.argsort(cls, kind="stable")
-                cls_sorted = cls[by_class]
-                rows_sorted = rows[by_class]
-                cuts = (np.flatnonzero(np.diff(cls_sorted)) + 1).tolist()
-                groups = [(int(cls_sorted[a]), rows_sorted[a:b])
-                          for a, b in zip([0, *cuts], [*cuts, len(rows_sorted)], strict=True)]
-            for c, group in groups:
-                queue = queues[c]
-                if not queue:
-                    progress[c] = 0.0
-                    head[c] = slice_bytes
-                queue.append((float(progress[c]) + slice_bytes, group))
-                members[c] += len(group)
-            changed = True
-        return quick
-
-    def settle(arrived_rows: np.ndarray, finished_rows: np.ndarray) -> None:
-        """Handle slices that finished sending and slices that arrived at one instant."""
-        nonlocal done, last_arrival
-        pending_arrived = arrived_rows
-        pending_finished = finished_rows
-        while len(pending_arrived) or len(pending_finished):
-            if len(pending_arrived):
-                last_arrival = now
-            done += len(pending_arrived)
-            children, _ = _gather(child_ptr, child_flat, pending_arrived)
-            candidates = np.concatenate((pending_finished, pending_arrived, children))
-            quick = start(candidates)
-            pending_arrived = quick
-            pending_finished = quick
-
-    settle(np.empty(0, dtype=np.int64), np.flatnonzero(dep_counts == 0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while done < total:
-            # Slices are still to arrive, none before ``now``: the time is at least now + base.
-            if cutoff is not None and now + base > cutoff:
-                return FlowResult(math.inf, events, rate_updates, sharing.work)
-            events += 1
-            active = bool(members.any())
-            if not active and not arrivals:
-                raise VerificationError("flow simulation stalled: some transfers never become ready "
-                                        "(their deps form a cycle; verify the schedule)")
-            if changed:
-                if (members != rated).any():
-                    sharing.rates(members, rate)
-                    rated[:] = members
-                    rate_updates += 1
-                    if work_limit is not None and sharing.work > work_limit:
-                        raise LimitError(f"flow simulation of {schedule.algorithm} {schedule.kind} at {size} "
-                                         f"bytes under {plan.describe()}: link sharing past the work limit "
-                                         f"of {work_limit:,} after {events:,} events")
-                changed = False
-            step = float(np.min((head - progress) / rate)) if active else np.inf
-            if arrivals:
-                step = min(step, max(arrivals[0][0] - now, 0.0))
-            now += step
-            finished_parts: list[np.ndarray] = []
-            if active:
-                progress += rate * step
-                for c in np.flatnonzero(head <= progress + tolerance).tolist():
-                    queue = queues[c]
-                    limit = float(progress[c]) + tolerance
-                    while queue and queue[0][0] <= limit:
-                        group = queue.popleft()[1]
-                        finished_parts.append(group)
-                        members[c] -= len(group)
-                    head[c] = queue[0][0] if queue else np.inf
-                    changed = True
-            finished = np.concatenate(finished_parts) if finished_parts else np.empty(0, dtype=np.int64)
-            if len(finished):
-                busy[finished] = False
-                sent[finished] += 1
-                delays = delay_of[finished]
-                immediate = finished[delays <= 0]
-                later = finished[delays > 0]
-                if len(later) == 1:
-                    heapq.heappush(arrivals, (now + float(delays[delays > 0][0]), next(sequence), later))
-                elif len(later):
-                    later_delays = delays[delays > 0]
-                    for value in np.unique(later_delays).tolist():
-                        heapq.heappush(arrivals, (now + value, next(sequence), later[later_delays == value]))
-            else:
-                immediate = finished
-            arrived_parts = [immediate] if len(immediate) else []
-            horizon = now + max(now, 1e-30) * _TOLERANCE
-            while arrivals and arrivals[0][0] <= horizon:
-                arrived_parts.append(heapq.heappop(arrivals)[2])
-            arrived_now = np.concatenate(arrived_parts) if arrived_parts else np.empty(0, dtype=np.int64)
-            if len(arrived_now) == 1:
-                arrived[arrived_now] += 1
-            elif len(arrived_now):
-                np.add.at(arrived, arrived_now, 1)
-            settle(arrived_now, finished)
-    finish = last_arrival + base
-    return FlowResult(math.inf if cutoff is not None and finish > cutoff else finish, events, rate_updates,
-                      sharing.work)
+    is_shared = _shared_classes(entry_link, entry_class, len(capacity), num_classes)
+    narrowest = np.full(num_classes, np.inf)
+    lone_entries = ~is_shared[entry_class]
+    np.minimum.at(narrowest, entry_class[lone_entries], capacity[entry_link[lone_entries]])
+    shared = np.flatnonzero(is_shared).astype(np.int64)
+    shared_at = np.full(num_classes, -1, dtype=np.int64)
+    shared_at[shared] = np.arange(len(shared), dtype=np.int64)
+    fill_link = np.ascontiguousarray(entry_link[~lone_entries], dtype=np.int64)
+    fill_slot = shared_at[entry_class[~lone_entries]]
+    memo_entries = max(1, MEMO_BYTES // (16 * max(1, len(shared))))
+    return (np.ascontiguousarray(classes.of_transfer, dtype=np.int64), classes.delay, classes.local, dep_ptr,
+            np.ascontiguousarray(dep_flat, dtype=np.int64), child_ptr, np.ascontiguousarray(child_flat),
+            narrowest, shared, shared_at, fill_link, fill_slot, np.ascontiguousarray(capacity, dtype=np.float64),
+            memo_entries)

@@ -15,7 +15,8 @@ from strategies import topologies
 from synth import Collective, Kind, Topology, evaluate, load_topology, synthesize, verify
 from synth.errors import InputError, LimitError
 from synth.evaluate import GIGA, MICRO, congestion, metrics
-from synth.flow import _MaxMin, simulate, simulate_detailed
+from synth.flow import simulate, simulate_detailed
+from synth.flow_reference import _MaxMin
 from synth.plan import make_plan
 from synth.schedule import ScheduleBuilder
 

@@ -34,7 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
                  "synth.topology", "synth.library", "synth.routing", "synth.cuts", "synth.bounds", "synth.sketch",
                  "synth.proto"),
     "schedule": ("synth.schedule", "synth.trees", "synth.rank_deps"),
-    "simulation": ("synth.plan", "synth.flow", "synth.evaluate", "synth.trace", "synth.astra"),
+    "simulation": ("synth.plan", "synth.flow", "synth.flow_reference", "synth.flow_kernels", "synth.evaluate", "synth.trace", "synth.astra"),
     "algorithms": ("synth.algorithms",),
     "judges": ("synth.verify", "synth.verify_trees", "synth.explain"),
     "selection": ("synth.choose",),
