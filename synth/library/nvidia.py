@@ -228,7 +228,7 @@ def dgx_a100(boxes: int = 1, nic_bandwidth: float = 25.0) -> Topology:
                        if boxes > 1 else ""))
 
 
-@entry("dgx-h100", "NVIDIA DGX H100: 8 H100 on NVSwitch (450 GB/s); 50 GB/s NIC per gpu, rail-optimized",
+@entry("dgx-h100", "NVIDIA DGX H100: 8 H100 on NVSwitch (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized",
        shipped=True)
 def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
     """NVIDIA DGX H100: 8 H100 per box on NVSwitch gen3 (one node ``nvs``), rail-optimized scale-out.
@@ -263,7 +263,7 @@ def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
 
 
 @entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus on one NVLink switch fabric (18 NVLink 5 links, "
-       "900 GB/s per gpu); racks on 400 Gb/s rails")
+       "900 GB/s per gpu, NVLS); racks on 400 Gb/s rails")
 def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS, nvls: bool = True) -> Topology:
     """NVIDIA GB200 NVL72 racks: 72 Blackwell gpus on one NVLink switch node per rack (``nvs``), 900 GB/s
     per gpu and direction (18 NVLink 5 links of 50 GB/s).
