@@ -721,8 +721,9 @@ def _dimension_mismatch(graph: nx.DiGraph, gpus: list[str], dims: tuple[Dimensio
 
 def fingerprint(topology: Topology) -> str:
     """SHA-256 of the topology's structure: gpus in rank order, switches, every directed link with its
-    bandwidth and latency, boxes, forwarding gpus and dimensions (not its name, description or metadata). A schedule
-    records it, so a different topology with the same gpu count is refused instead of silently used.
+    bandwidth and latency, boxes, forwarding gpus and dimensions (not its name, description, metadata or switch
+    capabilities: every point-to-point schedule valid without them is valid with them). A schedule records it,
+    so a different topology with the same gpu count is refused instead of silently used.
 
     Examples
     --------

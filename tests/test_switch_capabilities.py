@@ -170,7 +170,7 @@ def test_in_switch_bounds_are_below_the_passive_ones_and_below_every_point_to_po
     assert bound.seconds_per_byte <= passive_bound.seconds_per_byte
     assert bound.in_switch == (kind == Kind.ALLREDUCE and bool(topology.capabilities))
     # (a) no schedule of an existing algorithm (point to point, no in-switch ops) beats it
-    for name, schedule in _schedules(passive, kind):
-        for result in evaluate_sizes(schedule, passive, [2**20, 2**26]):
+    for name, schedule in _schedules(topology, kind):
+        for result in evaluate_sizes(schedule, topology, [2**20, 2**26]):
             assert result.congestion_time_s >= float(bound.seconds_per_byte * result.size) * (1 - 1e-12), name
             assert result.time_s >= bound.time(result.size) * (1 - 1e-9), name
