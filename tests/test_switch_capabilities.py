@@ -108,6 +108,11 @@ def test_library_nvidia_systems_are_sold_with_nvls_and_fabrics_take_a_sharp_opti
     assert not any(s.startswith("su") for s in load_topology("dgx-superpod:sus=1,nodes_per_su=2").capabilities)
     assert set(load_topology("leaf-spine:sharp=true").capabilities) == {"leaf0", "leaf1", "leaf2", "leaf3",
                                                                          "spine0", "spine1"}
+    assert load_topology("dgx-h200").reduction("nvs") == h100.reduction("nvs")
+    b200 = load_topology("dgx-b200")
+    assert b200.bandwidth("gpu0", "nvs") == 900.0 and b200.reduction("nvs").throughput is None
+    assert time_bound(b200, Kind.ALLREDUCE).seconds_per_byte == Fraction(1, 900 * 10**9)
+    assert time_bound(b200.passive(), Kind.ALLREDUCE).seconds_per_byte == Fraction(14, 8 * 900 * 10**9)
     with pytest.raises(InputError, match="nvls"):
         load_topology("dgx-h100:nvls=3")
 

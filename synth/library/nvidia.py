@@ -1,5 +1,7 @@
-"""NVIDIA systems (and Azure's NDv2 built from them): DGX-1, DGX-2, DGX A100, DGX H100, GB200 NVL72 and
-a DGX H100 SuperPOD-style cluster; each builder's docstring gives its sources."""
+"""NVIDIA systems (and Azure's NDv2 built from them): DGX-1, DGX-2, DGX A100, DGX H100, DGX H200, DGX B200,
+GB200 NVL72 and a DGX H100 SuperPOD-style cluster; each builder's docstring gives its sources. The NVSwitch
+systems from DGX H100 on declare NVLink SHARP (:func:`nvls_capabilities`) as sold; InfiniBand SHARP is an
+option (:func:`sharp_capabilities`)."""
 
 from __future__ import annotations
 
@@ -260,6 +262,58 @@ def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
         description=f"NVIDIA DGX H100, {boxes} box(es): 8 H100 per box on one NVSwitch node, 450 GB/s per gpu"
                     + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
         capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
+
+
+@entry("dgx-h200", "NVIDIA DGX H200: 8 H200 on NVSwitch gen3 (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized")
+def dgx_h200(boxes: int = 1, nvls: bool = True) -> Topology:
+    """NVIDIA DGX H200: the DGX H100 fabric (:func:`dgx_h100`) with H200 gpus.
+
+    Sources: NVIDIA DGX H200 documentation: 8 H200 on four third-generation NVSwitch chips, 18 NVLink4 per
+    gpu (900 GB/s both directions, 450 GB/s per direction), 8 x 400 Gb/s ConnectX-7 NICs (50 GB/s); the
+    same NVSwitch chip as DGX H100, so NVLS (``nvls``, on) gets the same reduction throughput
+    :data:`H100_NVLS_GBPS` (no separate H200 measurement). Hops and rails as in :func:`dgx_h100`.
+
+    Examples
+    --------
+    >>> dgx_h200().egress_bandwidth("gpu0"), dgx_h200().reduction("nvs").throughput
+    (450.0, 334.5)
+    """
+    boxes = box_count(boxes)
+    gpus, switches, links = _switch_box_system(boxes, 8, 450.0, NDR_GBPS, lambda i: f"rail{i}")
+    nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
+    return Topology.build(
+        "dgx-h200", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX H200, {boxes} box(es): 8 H200 per box on one NVSwitch node, 450 GB/s per gpu"
+                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
+        capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
+
+
+@entry("dgx-b200", "NVIDIA DGX B200: 8 B200 on NVLink 5 NVSwitch (900 GB/s, NVLS); 50 GB/s NIC per gpu, "
+       "rail-optimized")
+def dgx_b200(boxes: int = 1, nvls: bool = True) -> Topology:
+    """NVIDIA DGX B200: 8 B200 per box on fifth-generation NVLink through two NVLink 5 switch chips (one
+    node ``nvs``), rail-optimized scale-out.
+
+    Sources: NVIDIA DGX B200 documentation and the DGX SuperPOD B200 reference architecture: 18 NVLink 5
+    links per gpu, 1.8 TB/s both directions (900 GB/s per direction), 14.4 TB/s in all; 8 x 400 Gb/s
+    ConnectX-7 NICs (50 GB/s), one per gpu, NIC i on rail i. ``nvls`` (on, as sold): the NVLink 5 switch
+    reduces and multicasts (NVLink SHARP); no public figure limits its reduction rate, so only the links
+    do. Hops as in :func:`dgx_h100` (assumed).
+
+    Examples
+    --------
+    >>> t = dgx_b200(boxes=2)
+    >>> t.bandwidth("b1.gpu3", "b1.nvs"), t.has_link("b1.nic3", "rail3"), t.reduction("b1.nvs").throughput
+    (900.0, True, None)
+    """
+    boxes = box_count(boxes)
+    gpus, switches, links = _switch_box_system(boxes, 8, 18 * NVLINK5_GBPS, NDR_GBPS, lambda i: f"rail{i}")
+    nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
+    return Topology.build(
+        "dgx-b200", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX B200, {boxes} box(es): 8 B200 per box on one NVLink 5 switch node, 900 GB/s per gpu"
+                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
+        capabilities=dict.fromkeys(nvswitches, nvls_capabilities()) if _flag(nvls, "nvls") else None)
 
 
 @entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus on one NVLink switch fabric (18 NVLink 5 links, "
