@@ -11,6 +11,12 @@ slow". Reduce-scatter has the same optimum on the reversed links, allreduce as r
 allgather takes the sum of the two, and broadcast/reduce from one root are bounded by the root's
 smallest cut (max-flow from the root).
 
+Every bound holds on the fabric as described, switch capabilities included
+(:class:`~synth.topology.SwitchCapabilities`): a multicast copy made inside S still crosses out of S,
+and a sum combined outside S still enters S, so the allgather, reduce-scatter, broadcast and reduce cut
+bounds are unchanged by switches that reduce or multicast; the allreduce bound of :func:`time_bound`
+takes them into account. ``topology.passive()`` gives the passive-switch figures.
+
 Examples
 --------
 >>> from synth.library import load_topology
@@ -288,7 +294,9 @@ class TimeBound:
     bandwidth term is known to be reachable: the allgather, reduce-scatter, broadcast and reduce cut
     bounds on topologies whose every switch has as much bandwidth in as out (the condition under which
     ForestColl's edge splitting keeps them reachable by point-to-point trees), and the alltoall LP
-    optimum; then tables call it the *optimum*, else the *bound*.
+    optimum; then tables call it the *optimum*, else the *bound*. ``in_switch`` is True when the argument
+    counts switches that reduce or multicast (the allreduce bound on such a fabric); the label then
+    reads ``"in-switch bound"``, so a percentage of it says which fabric it is for.
 
     Examples
     --------
@@ -303,6 +311,7 @@ class TimeBound:
     terms: tuple[BoundTerm, ...]
     reach_s: float
     optimum: bool
+    in_switch: bool = False
 
     @property
     def seconds_per_byte(self) -> Fraction:
@@ -311,8 +320,10 @@ class TimeBound:
 
     @property
     def label(self) -> str:
-        """``"optimum"`` when the bandwidth term is reachable, else ``"bound"``."""
-        return "optimum" if self.optimum else "bound"
+        """``"optimum"`` when the bandwidth term is reachable, else ``"bound"``; prefixed ``"in-switch "``
+        when the argument counts in-switch reduction or multicast."""
+        base = "optimum" if self.optimum else "bound"
+        return f"in-switch {base}" if self.in_switch else base
 
     def time(self, size: int) -> float:
         """The lower bound on time in seconds for a message of ``size`` bytes."""
@@ -328,7 +339,8 @@ class TimeBound:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields; exact seconds per byte as strings like ``"1/2600000000000"``."""
-        return {"collective": self.collective.value, "label": self.label, "reach_s": self.reach_s,
+        return {"collective": self.collective.value, "label": self.label, "in_switch": self.in_switch,
+                "reach_s": self.reach_s,
                 "bandwidth_algbw_GBps": self.bandwidth_algbw_GBps(),
                 "terms": [{"argument": t.argument, "seconds_per_byte": str(t.seconds_per_byte),
                            "latency_s": t.latency_s} for t in self.terms]}
@@ -389,9 +401,9 @@ def _groups_label(groups: int, num_ranks: int) -> str:
     return f"the G={num_ranks} gpus" if groups == num_ranks else f"G={groups} groups of gpus (fast links joined)"
 
 
-def _gossip_groups(topology: Topology) -> tuple[tuple[int, Fraction], tuple[int, Fraction]]:
-    """For the allreduce gossip term: ((G, external egress), (G, external ingress)) of the partition of the
-    gpus into G >= 2 groups that gives the largest bound 2(G-1)/(sum of the groups' external bandwidth).
+def _gossip_candidates(topology: Topology) -> list[tuple[int, Fraction, Fraction]]:
+    """The partitions of the gpus into G >= 2 groups tried by the allreduce gossip terms, as (G, the
+    groups' external egress, their external ingress).
 
     The candidates are, for each link bandwidth t, the groups of gpus joined by links of at least t (the
     weakly connected components of those links, switches included; the largest t leaves every gpu alone).
@@ -403,9 +415,7 @@ def _gossip_groups(topology: Topology) -> tuple[tuple[int, Fraction], tuple[int,
     gpus = set(topology.gpus)
     bandwidth = {(u, v): Fraction(topology.exact_bandwidth(u, v)) for u, v in graph.edges()}
     thresholds = sorted(set(bandwidth.values()))
-    # (G, the groups' external egress) and (G, ingress) per candidate; the last threshold leaves every gpu alone
-    egress_found: list[tuple[int, Fraction]] = []
-    ingress_found: list[tuple[int, Fraction]] = []
+    found: list[tuple[int, Fraction, Fraction]] = []
     for threshold in [*thresholds, thresholds[-1] + 1] if thresholds else []:
         fast = nx.DiGraph()
         fast.add_nodes_from(graph.nodes)
@@ -422,16 +432,87 @@ def _gossip_groups(topology: Topology) -> tuple[tuple[int, Fraction], tuple[int,
                      Fraction(0))
         ingress = sum((value for (u, v), value in bandwidth.items() if v in group_of and group_of[v] != group_of.get(u)),
                       Fraction(0))
-        if egress:
-            egress_found.append((count, egress))
-        if ingress:
-            ingress_found.append((count, ingress))
+        found.append((count, egress, ingress))
+    return found
 
-    def strongest(found: list[tuple[int, Fraction]]) -> tuple[int, Fraction]:
-        # none: one gpu, or gpus without links; no message need cross and the term is zero
-        return max(found, key=lambda group: Fraction(2 * (group[0] - 1)) / group[1], default=(1, Fraction(1)))
 
-    return strongest(egress_found), strongest(ingress_found)
+def _gossip_seconds_per_byte(groups: int, bandwidth: Fraction, messages: int, reduces: bool,
+                             reduce_GBps: Fraction | None) -> Fraction:  # noqa: N803
+    """The gossip term's seconds per byte of M for G groups whose external links in one direction have
+    ``bandwidth`` GB/s: each element not combined in a switch crosses them ``messages`` times; when
+    switches reduce (``reduces``), one that a switch combines crosses them at least G times, and the
+    switches produce at most ``reduce_GBps`` of sums (None: without limit). The best split of the elements between the two is the bound (see
+    :func:`time_bound`): with a = messages, b = G, R = reduce_GBps, I = bandwidth, the fraction f
+    combined in switches meets f/R = (a - (a - b) f)/I, so T/M = a / (I + (a - b) R), or b / I when
+    R >= I / b."""
+    a, b = Fraction(messages), Fraction(groups)
+    if not reduces or a <= b:
+        return min(a, b) / (bandwidth * GIGA) if reduces else a / (bandwidth * GIGA)
+    if reduce_GBps is not None and reduce_GBps < bandwidth / b:
+        return a / ((bandwidth + (a - b) * reduce_GBps) * GIGA)
+    return b / (bandwidth * GIGA)
+
+
+def _switch_reduction_GBps(topology: Topology) -> Fraction | None:  # noqa: N802
+    """The summed reduction throughput (GB/s of reduced output) of the switches that reduce; 0 when none
+    does, None when one reduces without a throughput limit."""
+    total = Fraction(0)
+    for switch in topology.switches:
+        reduction = topology.reduction(switch)
+        if reduction is None:
+            continue
+        if reduction.throughput is None:
+            return None
+        total += Fraction(repr(reduction.throughput))
+    return total
+
+
+def _allreduce_terms(topology: Topology) -> list[BoundTerm]:
+    """The allreduce bound's terms (the argument is in :func:`time_bound`)."""
+    n = topology.num_ranks
+    net = Network.from_topology(topology)
+    out_units, in_units = _min_cut_units(net)
+    smallest = min((float(lat) for _, _, lat in topology.graph.edges(data="latency")), default=0.0) * 1e-6
+    terms = [
+        BoundTerm("every cut: M bytes of partial sums leave it", Fraction(net.scale, out_units) / GIGA, smallest),
+        BoundTerm("every cut: M bytes of partial sums enter it", Fraction(net.scale, in_units) / GIGA, smallest),
+    ]
+    reduce_GBps = _switch_reduction_GBps(topology)  # noqa: N806
+    reduces = reduce_GBps != 0
+    multicast = any(topology.multicasts(s) for s in topology.switches)
+    # without in-switch ops every element crosses the groups' links 2(G-1) times; a multicast copy or a
+    # reduced result need not leave a group, so then each group sends at least once: G messages
+    out_messages = (lambda g: g) if (reduces or multicast) else (lambda g: 2 * (g - 1))
+    candidates = _gossip_candidates(topology)
+    for direction in ("egress", "ingress"):
+        best: tuple[Fraction, int] | None = None
+        for groups, egress, ingress in candidates:
+            width = egress if direction == "egress" else ingress
+            if not width:
+                continue
+            if direction == "egress":
+                spb = Fraction(out_messages(groups)) / (width * GIGA)
+            else:
+                spb = _gossip_seconds_per_byte(groups, width, 2 * (groups - 1), reduces, reduce_GBps)
+            if best is None or spb > best[0]:
+                best = (spb, groups)
+        spb, groups = best if best is not None else (Fraction(0), 1)
+        terms.append(BoundTerm(_gossip_label(direction, groups, n, reduces, multicast, reduce_GBps), spb, smallest))
+    return terms
+
+
+def _gossip_label(direction: str, groups: int, n: int, reduces: bool, multicast: bool,
+                  reduce_GBps: Fraction | None) -> str:  # noqa: N803
+    who = _groups_label(groups, n)
+    if direction == "egress":
+        if reduces or multicast:
+            return f"every group sends each element at least once (G messages) over the egress of {who}"
+        return f"2(G-1) messages per element over the egress of {who}"
+    if not reduces:
+        return f"2(G-1) messages per element over the ingress of {who}"
+    rate = "no limit" if reduce_GBps is None else f"{float(reduce_GBps):g} GB/s"
+    return (f"2(G-1) messages per element over the ingress of {who}, G for the elements switches reduce "
+            f"(switch reduction throughput: {rate})")
 
 
 def balanced_switches(topology: Topology) -> bool:
@@ -472,6 +553,21 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
       fastest links (every gpu alone; DGX boxes; MI250 packages; see :func:`_gossip_groups`). With
       every gpu alone on symmetric switch fabrics (b) equals reduce-scatter + allgather (2(N-1)/N M/B
       per gpu); elsewhere this is a bound, not known to be tight.
+    - allreduce with in-switch operations (switches with ``capabilities``): (a) holds unchanged (it is an
+      information argument, wherever sums are formed). (b) changes. An element that no switch combines
+      is moved by forwarding and copying only, so on the ingress side the gossip count 2(G-1) holds
+      (each of the G-1 groups that learn the sum last must have sent a message before the first knew it,
+      each such message enters some group, and each of those G-1 groups receives after), but a multicast
+      copy or a switch-made sum need not leave a group, so on the egress side only "each group sends
+      the element at least once" (G messages) is left. An element a switch combines still costs G
+      ingress messages (every group receives it) and at least one element of the switches' reduced
+      output, of which they produce at most R GB/s in all (the summed ``reduction.throughput``; no
+      limit when one switch has none). With a fraction f of the elements combined in switches, T >=
+      max(f M / R, ((1 - f) 2(G-1) + f G) M / I) for the groups' external ingress I; the smallest
+      over f is T >= 2(G-1) M / (I + (G-2) R) when R < I/G, else G M / I. Group-size, operation and
+      type limits only restrict the switch, so leaving them out keeps the bound valid (it assumes the
+      collective's operation and type are ones the switch serves). On one NVSwitch box of N gpus this
+      falls from 2(N-1)/N M/B towards M/B as R grows.
 
     Every term adds the smallest latency of a link the data must cross after its last byte does; the
     reach term is the longest shortest-latency path some data must take (all gpu pairs; from the root
@@ -484,6 +580,9 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
     >>> ag, ar = time_bound(topo, Kind.ALLGATHER), time_bound(topo, Kind.ALLREDUCE)
     >>> round(ag.bandwidth_algbw_GBps(), 2), round(ar.bandwidth_algbw_GBps(), 2), ar.label
     (346.67, 173.33, 'bound')
+    >>> h100 = load_topology("dgx-h100")
+    >>> [round(time_bound(t, Kind.ALLREDUCE).bandwidth_algbw_GBps(), 2) for t in (h100, h100.passive())]
+    [400.5, 257.14]
     """
     kind = kind if isinstance(kind, Kind) else Kind(kind)
     n = topology.num_ranks
@@ -511,19 +610,9 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
         reach = _reach_s(topology, all_ranks, all_ranks)
     elif kind == Kind.ALLREDUCE:
         optimum = False
-        net = Network.from_topology(topology)
-        out_units, in_units = _min_cut_units(net)
-        smallest = min((float(lat) for _, _, lat in topology.graph.edges(data="latency")), default=0.0) * 1e-6
-        (egress_groups, egress), (ingress_groups, ingress) = _gossip_groups(topology)
-        terms = [
-            BoundTerm("every cut: M bytes of partial sums leave it", Fraction(net.scale, out_units) / GIGA, smallest),
-            BoundTerm("every cut: M bytes of partial sums enter it", Fraction(net.scale, in_units) / GIGA, smallest),
-            BoundTerm(f"2(G-1) messages per element over the egress of {_groups_label(egress_groups, n)}",
-                      Fraction(2 * (egress_groups - 1)) / (egress * GIGA), smallest),
-            BoundTerm(f"2(G-1) messages per element over the ingress of {_groups_label(ingress_groups, n)}",
-                      Fraction(2 * (ingress_groups - 1)) / (ingress * GIGA), smallest),
-        ]
+        terms = _allreduce_terms(topology)
         reach = _reach_s(topology, all_ranks, all_ranks)
     else:  # pragma: no cover - every Kind is handled above
         raise InputError("", "collective", f"no bound for {kind}")
-    return TimeBound(topology.name, kind, tuple(terms), reach, optimum)
+    in_switch = kind == Kind.ALLREDUCE and bool(topology.capabilities)
+    return TimeBound(topology.name, kind, tuple(terms), reach, optimum, in_switch)

@@ -716,7 +716,7 @@ def plot_compare(rows: Sequence[Any], title: str | None = None) -> Figure:
             label = next((get(r, "bound_label") for r in mine if isinstance(r, Mapping) and "bound_label" in r
                           or hasattr(r, "bound_label")), "bound")
             ax.plot([b[0] for b in bound], [b[1] for b in bound], color="black", linestyle="--", linewidth=1.0,
-                    label=f"{label} (links only)")
+                    label=label if label.startswith("in-switch") else f"{label} (links only)")
         sizes = sorted({get(r, "size") for r in mine})
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

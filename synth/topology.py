@@ -10,6 +10,14 @@ Forwarding: a switch always passes bytes through. A gpu does only when its node 
 xGMI gpu moves data onward only when a kernel copies it, so a path may cross it only as two transfers
 (a relay). :mod:`synth.routing` routes by this rule and the verifier enforces it.
 
+In-switch operations: a switch is passive (it forwards, and stores and computes nothing) unless its
+node has ``capabilities`` (:class:`SwitchCapabilities`, version :data:`CAPABILITIES_VERSION`): a
+``reduction`` (it combines what several links send it, as NVLink SHARP and InfiniBand SHARP do: the
+ops, data types, aggregate throughput in GB/s of reduced output and largest group it serves) and a
+``multicast`` (one packet in, copies out on several links). A passive switch writes no attribute.
+Capabilities are not part of :func:`fingerprint`: they add operations, and every point-to-point
+schedule valid on the passive fabric stays valid on the capable one. :mod:`synth.bounds` reads them.
+
 The file format (JSON or YAML) is documented in the README::
 
     {"name": "pair", "nodes": [{"id": "g0", "type": "gpu"}, {"id": "g1", "type": "gpu"}],
@@ -28,7 +36,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from synth.errors import InputError, invalid
 
@@ -72,6 +88,7 @@ class _NodeModel(BaseModel):
     type: Literal["gpu", "switch"]
     box: int | None = None
     forwards: bool | None = None
+    capabilities: _CapabilitiesModel | None = None
 
     @field_validator("id")
     @classmethod
@@ -130,6 +147,161 @@ class _LinkModel(BaseModel):
         return value
 
 
+#: Version of the switch ``capabilities`` attribute this reader understands (the ``version`` field).
+CAPABILITIES_VERSION = 1
+#: Reduction operations a switch may declare.
+REDUCTION_OPS = ("sum", "prod", "min", "max")
+#: Element data types a reducing switch may declare.
+DATA_TYPES = ("f64", "f32", "f16", "bf16", "fp8e4m3", "fp8e5m2", "i64", "i32", "i8", "u64", "u32", "u8")
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """What a reducing switch combines (NVLink SHARP, InfiniBand SHARP).
+
+    Attributes
+    ----------
+    ops : tuple of str
+        Operations it reduces with (of :data:`REDUCTION_OPS`).
+    dtypes : tuple of str
+        Element types it reduces (of :data:`DATA_TYPES`).
+    throughput : float or None
+        Aggregate reduction throughput in GB/s of reduced output (each output byte combines the
+        contributions of a group); None when only the links limit it.
+    max_group : int or None
+        The most contributions one reduction combines; None when any number.
+    """
+
+    ops: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    throughput: float | None = None
+    max_group: int | None = None
+
+
+@dataclass(frozen=True)
+class Multicast:
+    """A switch that copies one incoming packet onto several outgoing links.
+
+    Attributes
+    ----------
+    throughput : float or None
+        Aggregate multicast throughput in GB/s of incoming packets; None when only the links limit it.
+    """
+
+    throughput: float | None = None
+
+
+@dataclass(frozen=True)
+class SwitchCapabilities:
+    """The in-switch operations of one switch node (the ``capabilities`` node attribute).
+
+    Examples
+    --------
+    >>> caps = SwitchCapabilities(Reduction(("sum",), ("f32",), throughput=100.0), Multicast())
+    >>> caps.to_dict()
+    {'version': 1, 'reduction': {'ops': ['sum'], 'dtypes': ['f32'], 'throughput': 100.0}, 'multicast': {}}
+    """
+
+    reduction: Reduction | None = None
+    multicast: Multicast | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented file form; fields that are None are left out."""
+        data: dict[str, Any] = {"version": CAPABILITIES_VERSION}
+        if self.reduction is not None:
+            red: dict[str, Any] = {"ops": list(self.reduction.ops), "dtypes": list(self.reduction.dtypes)}
+            if self.reduction.throughput is not None:
+                red["throughput"] = self.reduction.throughput
+            if self.reduction.max_group is not None:
+                red["max_group"] = self.reduction.max_group
+            data["reduction"] = red
+        if self.multicast is not None:
+            data["multicast"] = {} if self.multicast.throughput is None else {"throughput": self.multicast.throughput}
+        return data
+
+
+def _throughput_value(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _finite_number(value, "GB/s", 0.0, MAX_BANDWIDTH, strict_lower=True)
+    if number < MIN_BANDWIDTH:
+        raise ValueError(f"expected at least {MIN_BANDWIDTH:g} GB/s, got {value!r}")
+    return number
+
+
+_Throughput = Annotated[Any, AfterValidator(_throughput_value)]
+
+
+def _distinct(values: list[str], what: str) -> list[str]:
+    if not values:
+        raise ValueError(f"expected at least one {what}")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"expected each {what} once, got {', '.join(repeated)} more than once")
+    return values
+
+
+class _ReductionModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    ops: list[Literal["sum", "prod", "min", "max"]]
+    dtypes: list[Literal["f64", "f32", "f16", "bf16", "fp8e4m3", "fp8e5m2", "i64", "i32", "i8", "u64", "u32",
+                         "u8"]]
+    throughput: _Throughput = None
+    max_group: int | None = None
+
+    @field_validator("ops")
+    @classmethod
+    def _ops(cls, value: list[str]) -> list[str]:
+        return _distinct(value, "operation")
+
+    @field_validator("dtypes")
+    @classmethod
+    def _dtypes(cls, value: list[str]) -> list[str]:
+        return _distinct(value, "data type")
+
+    @field_validator("max_group")
+    @classmethod
+    def _group(cls, value: int | None) -> int | None:
+        if value is not None and not 2 <= value <= MAX_NODES:
+            raise ValueError(f"expected an integer from 2 to {MAX_NODES} (contributions one reduction combines), "
+                             f"got {value}")
+        return value
+
+
+class _MulticastModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    throughput: _Throughput = None
+
+
+class _CapabilitiesModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    version: Any
+    reduction: _ReductionModel | None = None
+    multicast: _MulticastModel | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: Any) -> int:
+        if isinstance(value, bool) or value != CAPABILITIES_VERSION or not isinstance(value, int):
+            raise ValueError(f"expected {CAPABILITIES_VERSION} (the capabilities version this synth reads), "
+                             f"got {value!r}")
+        return CAPABILITIES_VERSION
+
+    @model_validator(mode="after")
+    def _something(self) -> _CapabilitiesModel:
+        if self.reduction is None and self.multicast is None:
+            raise ValueError("expected a reduction, a multicast or both (leave capabilities out for a passive "
+                             "switch)")
+        return self
+
+    def capabilities(self) -> SwitchCapabilities:
+        red = self.reduction
+        return SwitchCapabilities(
+            reduction=None if red is None else Reduction(tuple(red.ops), tuple(red.dtypes), red.throughput,
+                                                         red.max_group),
+            multicast=None if self.multicast is None else Multicast(self.multicast.throughput))
+
+
 class _DimensionModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["Ring", "FullyConnected", "Switch"]
@@ -173,6 +345,10 @@ class Topology:
         Optional box (server) index per rank, used by hierarchical algorithms.
     dimensions : tuple of Dimension or None
         Optional multi-dimensional structure; rank = x0 + n0*(x1 + n1*x2 ...).
+    metadata : mapping
+        Free-form data kept with the file.
+    capabilities : mapping of str to SwitchCapabilities
+        The in-switch operations of each capable switch (absent: passive); see the module docstring.
 
     Examples
     --------
@@ -189,6 +365,7 @@ class Topology:
     boxes: tuple[int, ...] | None = None
     dimensions: tuple[Dimension, ...] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    capabilities: Mapping[str, SwitchCapabilities] = field(default_factory=dict)
 
     # ----------------------------------------------------------------------------------- building
     @classmethod
@@ -205,14 +382,17 @@ class Topology:
         dimensions: Sequence[Dimension] | None = None,
         source: str = "",
         forwards: bool = False,
+        capabilities: Mapping[str, SwitchCapabilities] | None = None,
     ) -> Topology:
         """Build a topology from python lists: ``links`` are ``(src, dst, bandwidth[, latency])``;
-        ``forwards`` marks every gpu as forwarding (see the module docstring)."""
+        ``forwards`` marks every gpu as forwarding (see the module docstring); ``capabilities`` gives
+        switches their in-switch operations (:class:`SwitchCapabilities`)."""
         gpu_node: dict[str, Any] = {"type": GPU, "forwards": True} if forwards else {"type": GPU}
         data: dict[str, Any] = {
             "name": name,
             "description": description,
-            "nodes": [{"id": g, **gpu_node} for g in gpus] + [{"id": s, "type": SWITCH} for s in switches],
+            "nodes": [{"id": g, **gpu_node} for g in gpus] + [_switch_entry(s, (capabilities or {}).get(s))
+                                                              for s in switches],
             "links": [
                 {"src": link[0], "dst": link[1], "bandwidth": link[2],
                  "latency": link[3] if len(link) > 3 else 0.0, "bidirectional": bidirectional}
@@ -244,12 +424,18 @@ class Topology:
         graph = nx.DiGraph()
         gpus: list[str] = []
         boxes: list[int | None] = []
+        capabilities: dict[str, SwitchCapabilities] = {}
         for index, node in enumerate(model.nodes):
             if node.id in graph:
                 raise InputError(source, f"nodes.{index}.id", f"duplicate node id {node.id!r}")
             if node.type == SWITCH and node.forwards is not None:
                 raise InputError(source, f"nodes.{index}.forwards", "applies to gpus only (a switch always "
                                  "forwards)")
+            if node.capabilities is not None:
+                if node.type != SWITCH:
+                    raise InputError(source, f"nodes.{index}.capabilities", "applies to switches only (a gpu "
+                                     "reduces and copies with its own kernels)")
+                capabilities[node.id] = node.capabilities.capabilities()
             graph.add_node(node.id, type=node.type, forwards=node.type == SWITCH or bool(node.forwards))
             if node.type == GPU:
                 gpus.append(node.id)
@@ -299,6 +485,7 @@ class Topology:
             boxes=box_tuple,
             dimensions=dims,
             metadata=dict(model.metadata or {}),
+            capabilities=capabilities,
         )
 
     @classmethod
@@ -317,7 +504,7 @@ class Topology:
             if self.forwards(gpu):
                 entry["forwards"] = True
             nodes.append(entry)
-        nodes.extend({"id": s, "type": SWITCH} for s in self.switches)
+        nodes.extend(_switch_entry(s, self.capabilities.get(s)) for s in self.switches)
         links = [
             {"src": link.src, "dst": link.dst, "bandwidth": link.bandwidth, "latency": link.latency,
              "bidirectional": False}
@@ -359,6 +546,31 @@ class Topology:
         """Derived data other modules keep per topology, by module name (for example routes: see
         :mod:`synth.routing`); the topology is immutable, so nothing in it ever goes stale."""
         return {}
+
+    def passive(self) -> Topology:
+        """The same fabric with every switch passive (no capabilities); ``self`` when none has any.
+
+        Examples
+        --------
+        >>> from synth.library import load_topology
+        >>> bool(load_topology("dgx-h100").capabilities), load_topology("dgx-h100").passive().capabilities
+        (True, {})
+        """
+        if not self.capabilities:
+            return self
+        import dataclasses
+
+        return dataclasses.replace(self, capabilities={})
+
+    def reduction(self, node: str) -> Reduction | None:
+        """What switch ``node`` reduces in the network, or None (a gpu, or a switch that does not)."""
+        caps = self.capabilities.get(node)
+        return None if caps is None else caps.reduction
+
+    def multicasts(self, node: str) -> bool:
+        """True when switch ``node`` copies one packet onto several links."""
+        caps = self.capabilities.get(node)
+        return caps is not None and caps.multicast is not None
 
     def is_gpu(self, node: str) -> bool:
         """True when ``node`` is a gpu."""
@@ -418,6 +630,14 @@ class Topology:
     def __repr__(self) -> str:
         return (f"Topology({self.name!r}, gpus={self.num_ranks}, switches={len(self.switches)}, "
                 f"links={self.graph.number_of_edges()})")
+
+
+def _switch_entry(switch: str, capabilities: SwitchCapabilities | None) -> dict[str, Any]:
+    """A switch's node in the file form; a passive switch has no ``capabilities``."""
+    entry: dict[str, Any] = {"id": switch, "type": SWITCH}
+    if capabilities is not None:
+        entry["capabilities"] = capabilities.to_dict()
+    return entry
 
 
 def _dimension_mismatch(graph: nx.DiGraph, gpus: list[str], dims: tuple[Dimension, ...]) -> str:
@@ -501,8 +721,9 @@ def _dimension_mismatch(graph: nx.DiGraph, gpus: list[str], dims: tuple[Dimensio
 
 def fingerprint(topology: Topology) -> str:
     """SHA-256 of the topology's structure: gpus in rank order, switches, every directed link with its
-    bandwidth and latency, boxes, forwarding gpus and dimensions (not its name, description or metadata). A schedule
-    records it, so a different topology with the same gpu count is refused instead of silently used.
+    bandwidth and latency, boxes, forwarding gpus and dimensions (not its name, description, metadata or switch
+    capabilities: every point-to-point schedule valid without them is valid with them). A schedule records it,
+    so a different topology with the same gpu count is refused instead of silently used.
 
     Examples
     --------

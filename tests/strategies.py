@@ -142,3 +142,36 @@ def mutations(draw: Any, schedule: Schedule, topology: Topology) -> Schedule:
         else:
             result = replace_transfers(result, list(result.transfers) + [t])
     return result
+
+
+@st.composite
+def switch_capabilities(draw: Any) -> dict:
+    """A random valid ``capabilities`` node attribute: a reduction, a multicast or both, each with or
+    without a throughput (GB/s)."""
+    kinds = draw(st.sampled_from(["reduction", "multicast", "both"]))
+    caps: dict[str, Any] = {"version": 1}
+    if kinds in ("reduction", "both"):
+        reduction: dict[str, Any] = {
+            "ops": draw(st.lists(st.sampled_from(["sum", "prod", "min", "max"]), min_size=1, max_size=4, unique=True)),
+            "dtypes": draw(st.lists(st.sampled_from(["f32", "f16", "bf16", "i32"]), min_size=1, max_size=4,
+                                    unique=True))}
+        throughput = draw(st.one_of(st.none(), st.sampled_from([0.5, 1.0, 12.5, 25.0, 100.0, 1000.0])))
+        if throughput is not None:
+            reduction["throughput"] = throughput
+        if draw(st.booleans()):
+            reduction["max_group"] = draw(st.integers(2, 8))
+        caps["reduction"] = reduction
+    if kinds in ("multicast", "both"):
+        caps["multicast"] = draw(st.one_of(st.just({}), st.sampled_from([{"throughput": 10.0}, {"throughput": 50.0}])))
+    return caps
+
+
+@st.composite
+def capable_topology_documents(draw: Any, max_gpus: int = 5, max_switches: int = 2) -> dict:
+    """A random valid topology document (:func:`topology_documents`) whose switches each may have random
+    capabilities (:func:`switch_capabilities`)."""
+    document = draw(topology_documents(2, max_gpus, max_switches))
+    for node in document["nodes"]:
+        if node["type"] == "switch" and draw(st.booleans()):
+            node["capabilities"] = draw(switch_capabilities())
+    return document

@@ -20,6 +20,7 @@ from synth.cli.common import (
 from synth.collectives import Kind, parse_kind
 
 if TYPE_CHECKING:
+    from synth.bounds import TimeBound
     from synth.topology import Topology
 
 #: Names listed per group before the rest are summarized (``--json`` lists everything).
@@ -49,17 +50,25 @@ def bound(
     collective: Annotated[str, typer.Option(
         "--collective", "-c", help="allgather (default: the exact tree bound, AG/RS/AR) or alltoall "
                                    "(the max concurrent flow LP optimum beside the best cut bound)")] = "allgather",
+    no_switch_reduction: Annotated[bool, typer.Option(
+        "--no-switch-reduction",
+        help="treat every switch as passive (no in-switch reduction or multicast: NVLS, SHARP), as if the "
+             "topology declared no switch capabilities")] = False,
     as_json: bool = JSON_OPTION,
     as_csv: bool = CSV_OPTION,
 ) -> None:
     """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR (AR as RS then AG, beside the
     proven allreduce ceiling that ``compare`` rates against), the (U, k) trees it needs, and
     the bottleneck cut: the gpus and switches whose egress links limit everyone ("why is my fabric slow").
-    With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it."""
+    With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it.
+    The bounds are for the fabric as described, switch capabilities included (the allreduce bound rises
+    where switches reduce); ``--no-switch-reduction`` gives the passive-switch figures."""
     from synth.algorithms.forest.plan import unbalanced_switches
     from synth.bounds import algbw_bound, limited_trees, optimal_bound
 
     topo = topology_argument(topology)
+    if no_switch_reduction:
+        topo = topo.passive()
     if parse_kind(collective, field="--collective") == Kind.ALLTOALL:
         check_bound_work(topo, "the alltoall bound")
         _alltoall(topo, as_json)
@@ -68,10 +77,13 @@ def bound(
     result = optimal_bound(topo)
     broadcast = algbw_bound(topo, Kind.BROADCAST)
     limited = limited_trees(topo, max_trees_per_root) if max_trees_per_root else None
-    allreduce = _allreduce_bound(topo)
+    allreduce_bound = _allreduce_bound(topo)
+    allreduce = None if allreduce_bound is None else allreduce_bound.bandwidth_algbw_GBps()
     if as_json:
         data = result.to_dict()
         data["allreduce_bound_algbw_GBps"] = allreduce
+        data["allreduce_bound_argument"] = None if allreduce_bound is None else _binding(allreduce_bound)
+        data["switch_capabilities"] = {name: caps.to_dict() for name, caps in topo.capabilities.items()}
         data["broadcast_algbw_GBps_root0"] = broadcast
         data["unbalanced_switches"] = [{"switch": name, "ingress_GBps": str(inward), "egress_GBps": str(outward)}
                                        for name, inward, outward in unbalanced_switches(topo)]
@@ -103,6 +115,9 @@ def bound(
                      f"{limited.algbw_GBps:.2f} GB/s",
                      f"k = {limited.trees_per_root}, {limited.gap_percent:.2f}% below the optimum"])
     console.print(table("optimum", ["quantity", "value", "note"], rows))
+    _print_switches(topo, no_switch_reduction)
+    if allreduce_bound is not None:
+        console.print(f"allreduce bound argument: {_binding(allreduce_bound)}")
 
     inside = len(result.cut_gpus)
     console.print(f"[bold]bottleneck cut S[/bold]: {inside} of {n} gpus and {len(result.cut_switches)} switches. "
@@ -121,17 +136,36 @@ def bound(
                   "anywhere else cannot speed up allgather.")
     for name, inward, outward in unbalanced_switches(topo)[:8]:
         console.print(f"[yellow]note[/yellow]: switch {shown(name)} receives {inward} GB/s but sends {outward} GB/s; "
-                      "switches do not multicast, so this bound may not be reachable")
+                      "point-to-point trees cannot copy, so this bound may not be reachable")
 
 
-def _allreduce_bound(topo: Topology) -> float | None:
-    """The proven allreduce algbw ceiling (:func:`synth.bounds.time_bound`, links only; what ``compare``
-    rates allreduce against), or None above :data:`ALLREDUCE_BOUND_MAX_GPUS` gpus."""
+def _allreduce_bound(topo: Topology) -> TimeBound | None:
+    """The proven allreduce bound (:func:`synth.bounds.time_bound` on the fabric as described; what
+    ``compare`` rates allreduce against), or None above :data:`ALLREDUCE_BOUND_MAX_GPUS` gpus."""
     from synth.bounds import time_bound
 
     if topo.num_ranks > ALLREDUCE_BOUND_MAX_GPUS:
         return None
-    return time_bound(topo, Kind.ALLREDUCE).bandwidth_algbw_GBps()
+    return time_bound(topo, Kind.ALLREDUCE)
+
+
+def _binding(bound: TimeBound) -> str:
+    """The argument of the bound's largest bandwidth term."""
+    return max(bound.terms, key=lambda term: term.seconds_per_byte).argument
+
+
+def _print_switches(topo: Topology, passive: bool) -> None:
+    """One line on what the switches do, which the bounds take into account."""
+    reducing = [s for s in topo.switches if topo.reduction(s) is not None]
+    copying = [s for s in topo.switches if topo.multicasts(s)]
+    if passive:
+        console.print("switches: passive (--no-switch-reduction: no in-switch reduction or multicast)")
+    elif not reducing and not copying:
+        console.print("switches: passive (the topology declares no switch capabilities)")
+    else:
+        console.print(f"switches: {len(reducing)} reduce ({shown(_names(reducing))}), {len(copying)} multicast; "
+                      "the allreduce bound counts in-switch reduction (--no-switch-reduction for passive "
+                      "switches); allgather and reduce-scatter cut bounds hold unchanged")
 
 
 def _allreduce_note(series_GBps: float, bound_GBps: float | None) -> str:  # noqa: N803

@@ -79,7 +79,7 @@ def demo(
                         ["algorithm", "collective", "size", "time", "algbw GB/s", "busbw GB/s",
                          "congestion bound", "% of bound", f"vs {'/'.join(names) or 'nccl'}", "plan"], body,
                         {2, 3, 4, 5, 6, 7, 8}))
-    console.print("[dim]% of bound: the topology's lower bound on time at that size (links only) over the time; "
+    console.print("[dim]% of bound: the topology's lower bound on time at that size (links, and in-switch reduction where switches declare it) over the time; "
                   "plan: protocol, slices per chunk x slice size, slices in flight (`synth evaluate --help`)[/dim]")
     for name in names:
         console.print(f"[dim]vs {name}: {name}'s time at that size over the row's (above 1: faster); "

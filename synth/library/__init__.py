@@ -52,7 +52,9 @@ from synth.library.nvidia import (
     dgx1,
     dgx2,
     dgx_a100,
+    dgx_b200,
     dgx_h100,
+    dgx_h200,
     dgx_superpod,
     gb200_nvl72,
     ndv2,
@@ -71,7 +73,8 @@ from synth.library.spec import format_value, parse_spec, spec_name
 
 __all__ = [
     "DGX1_DOUBLE_PAIRS", "DGX1_SINGLE_PAIRS", "LIBRARY", "MI250_XGMI_LINKS", "SHIPPED_FILES", "TOPOLOGY_DIR",
-    "Entry", "bigraph", "build", "dgx1", "dgx2", "dgx_a100", "dgx_h100", "dgx_superpod", "dragonfly", "entry",
+    "Entry", "bigraph", "build", "dgx1", "dgx2", "dgx_a100", "dgx_b200", "dgx_h100", "dgx_h200",
+    "dgx_superpod", "dragonfly", "entry",
     "format_value", "fully_connected", "gb200_nvl72", "hypercube", "leaf_spine", "library_topology",
     "load_topology", "mi250", "mi300x", "multidim", "names", "ndv2", "parse_spec", "ring", "shipped",
     "shipped_files", "spec_name", "switch", "topology_json", "torus", "tpu_v4", "tpu_v5p", "write_shipped",

@@ -1,5 +1,7 @@
-"""NVIDIA systems (and Azure's NDv2 built from them): DGX-1, DGX-2, DGX A100, DGX H100, GB200 NVL72 and
-a DGX H100 SuperPOD-style cluster; each builder's docstring gives its sources."""
+"""NVIDIA systems (and Azure's NDv2 built from them): DGX-1, DGX-2, DGX A100, DGX H100, DGX H200, DGX B200,
+GB200 NVL72 and a DGX H100 SuperPOD-style cluster; each builder's docstring gives its sources. The NVSwitch
+systems from DGX H100 on declare NVLink SHARP (:func:`nvls_capabilities`) as sold; InfiniBand SHARP is an
+option (:func:`sharp_capabilities`)."""
 
 from __future__ import annotations
 
@@ -22,12 +24,47 @@ from synth.library.building import (
     within_build_limits,
 )
 from synth.library.registry import entry
-from synth.topology import Topology
+from synth.topology import Multicast, Reduction, SwitchCapabilities, Topology
 
 NVLINK2_GBPS = 25.0  # one NVLink2 link (V100), per direction
 NVLINK_LATENCY_US = 0.3  # TACCL's profiled NVLink α on NDv2 (a direct gpu-gpu link)
 NVSWITCH_HOP_US = 0.7  # assumed per gpu<->NVSwitch hop (no public per-hop figure)
 NVLINK5_GBPS = 50.0  # one NVLink 5 link, per direction (100 GB/s both ways; 18 per Blackwell gpu = 1.8 TB/s)
+
+#: NVLink SHARP (NVLS) reduction operations and element types: those of the PTX ``multimem.ld_reduce``
+#: instruction that NCCL's NVLS algorithm uses (add, min, max; no product).
+NVLS_OPS = ("sum", "min", "max")
+NVLS_DTYPES = ("f32", "f16", "bf16", "i32", "u32", "i64", "u64")
+#: Aggregate reduction throughput of a DGX H100's NVSwitch fabric, GB/s of reduced output: NCCL's NVLS
+#: allreduce reaches about 275 GB/s algbw on 8 H100s (NVIDIA/nccl-tests#212, NVIDIA/nccl#1442), so the
+#: switches produce 275 GB/s of sums at NCCL's protocol efficiency; the same links carry ring traffic at
+#: 370 of their 450 GB/s (ibid.), and the bound model counts line rate, so the switch's rate in the
+#: model is 275 * 450 / 370 = 334.46 GB/s, rounded up to 334.5 (rounding up keeps the time bound low).
+#: An estimate from one measurement, not a datasheet figure.
+H100_NVLS_GBPS = 334.5
+#: InfiniBand SHARP (Quantum / Quantum-2 switches through NCCL's CollNet plugin): operations and types
+#: of the nccl-rdma-sharp-plugins reduction support.
+SHARP_OPS = ("sum", "min", "max")
+SHARP_DTYPES = ("f32", "f16", "bf16", "i32", "u32", "i64", "u64")
+
+
+def nvls_capabilities(throughput: float | None = None) -> SwitchCapabilities:
+    """NVLink SHARP on an NVSwitch node: reduction (:data:`NVLS_OPS`, :data:`NVLS_DTYPES`) and multicast
+    (``multimem.st``), with the reduction's aggregate ``throughput`` (GB/s, None: the links limit it)."""
+    return SwitchCapabilities(Reduction(NVLS_OPS, NVLS_DTYPES, throughput), Multicast())
+
+
+def sharp_capabilities() -> SwitchCapabilities:
+    """InfiniBand SHARP on a Quantum-class switch: streaming aggregation (:data:`SHARP_OPS`,
+    :data:`SHARP_DTYPES`; no public throughput figure, so the links limit it) and multicast."""
+    return SwitchCapabilities(Reduction(SHARP_OPS, SHARP_DTYPES), Multicast())
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError("", name, f"expected true or false, got {value!r}")
+    return value
+
 
 #: DGX-1 V100 NVLink pairs joined by two links (50 GB/s) and by one link (25 GB/s).
 DGX1_DOUBLE_PAIRS = ((0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7))
@@ -193,9 +230,9 @@ def dgx_a100(boxes: int = 1, nic_bandwidth: float = 25.0) -> Topology:
                        if boxes > 1 else ""))
 
 
-@entry("dgx-h100", "NVIDIA DGX H100: 8 H100 on NVSwitch (450 GB/s); 50 GB/s NIC per gpu, rail-optimized",
+@entry("dgx-h100", "NVIDIA DGX H100: 8 H100 on NVSwitch (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized",
        shipped=True)
-def dgx_h100(boxes: int = 1) -> Topology:
+def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
     """NVIDIA DGX H100: 8 H100 per box on NVSwitch gen3 (one node ``nvs``), rail-optimized scale-out.
 
     Sources: 18 NVLink4 per gpu = 450 GB/s per gpu (NVIDIA DGX H100 documentation), 0.7 µs per
@@ -204,23 +241,84 @@ def dgx_h100(boxes: int = 1) -> Topology:
     (50 GB/s, 1.0 µs; 2.6 µs gpu to gpu, TACCL's IB α). Gpus do not forward: a message to gpu j of
     another box from gpu i != j relays through a gpu (as NCCL's PXN does).
 
+    ``nvls`` (on, as the hardware is sold): each box's NVSwitch node reduces and multicasts (NVLink
+    SHARP: NVIDIA's third-generation NVSwitch technical blog; PTX ISA ``multimem`` instructions), with
+    the aggregate reduction throughput :data:`H100_NVLS_GBPS` derived there from NCCL's measured NVLS
+    allreduce. ``nvls=false`` gives the passive fabric.
+
     Examples
     --------
     >>> t = dgx_h100(boxes=2)
     >>> t.num_ranks, t.has_link("b0.nic5", "rail5"), t.bandwidth("b0.gpu0", "b0.nvs")
     (16, True, 450.0)
+    >>> t.reduction("b0.nvs").throughput, dgx_h100(nvls=False).capabilities
+    (334.5, {})
     """
     boxes = box_count(boxes)
     gpus, switches, links = _switch_box_system(boxes, 8, 450.0, 50.0, lambda i: f"rail{i}")
+    nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
     return Topology.build(
         "dgx-h100", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
         description=f"NVIDIA DGX H100, {boxes} box(es): 8 H100 per box on one NVSwitch node, 450 GB/s per gpu"
-                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""))
+                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
+        capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
+
+
+@entry("dgx-h200", "NVIDIA DGX H200: 8 H200 on NVSwitch gen3 (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized")
+def dgx_h200(boxes: int = 1, nvls: bool = True) -> Topology:
+    """NVIDIA DGX H200: the DGX H100 fabric (:func:`dgx_h100`) with H200 gpus.
+
+    Sources: NVIDIA DGX H200 documentation: 8 H200 on four third-generation NVSwitch chips, 18 NVLink4 per
+    gpu (900 GB/s both directions, 450 GB/s per direction), 8 x 400 Gb/s ConnectX-7 NICs (50 GB/s); the
+    same NVSwitch chip as DGX H100, so NVLS (``nvls``, on) gets the same reduction throughput
+    :data:`H100_NVLS_GBPS` (no separate H200 measurement). Hops and rails as in :func:`dgx_h100`.
+
+    Examples
+    --------
+    >>> dgx_h200().egress_bandwidth("gpu0"), dgx_h200().reduction("nvs").throughput
+    (450.0, 334.5)
+    """
+    boxes = box_count(boxes)
+    gpus, switches, links = _switch_box_system(boxes, 8, 450.0, NDR_GBPS, lambda i: f"rail{i}")
+    nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
+    return Topology.build(
+        "dgx-h200", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX H200, {boxes} box(es): 8 H200 per box on one NVSwitch node, 450 GB/s per gpu"
+                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
+        capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
+
+
+@entry("dgx-b200", "NVIDIA DGX B200: 8 B200 on NVLink 5 NVSwitch (900 GB/s, NVLS); 50 GB/s NIC per gpu, "
+       "rail-optimized")
+def dgx_b200(boxes: int = 1, nvls: bool = True) -> Topology:
+    """NVIDIA DGX B200: 8 B200 per box on fifth-generation NVLink through two NVLink 5 switch chips (one
+    node ``nvs``), rail-optimized scale-out.
+
+    Sources: NVIDIA DGX B200 documentation and the DGX SuperPOD B200 reference architecture: 18 NVLink 5
+    links per gpu, 1.8 TB/s both directions (900 GB/s per direction), 14.4 TB/s in all; 8 x 400 Gb/s
+    ConnectX-7 NICs (50 GB/s), one per gpu, NIC i on rail i. ``nvls`` (on, as sold): the NVLink 5 switch
+    reduces and multicasts (NVLink SHARP); no public figure limits its reduction rate, so only the links
+    do. Hops as in :func:`dgx_h100` (assumed).
+
+    Examples
+    --------
+    >>> t = dgx_b200(boxes=2)
+    >>> t.bandwidth("b1.gpu3", "b1.nvs"), t.has_link("b1.nic3", "rail3"), t.reduction("b1.nvs").throughput
+    (900.0, True, None)
+    """
+    boxes = box_count(boxes)
+    gpus, switches, links = _switch_box_system(boxes, 8, 18 * NVLINK5_GBPS, NDR_GBPS, lambda i: f"rail{i}")
+    nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
+    return Topology.build(
+        "dgx-b200", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX B200, {boxes} box(es): 8 B200 per box on one NVLink 5 switch node, 900 GB/s per gpu"
+                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
+        capabilities=dict.fromkeys(nvswitches, nvls_capabilities()) if _flag(nvls, "nvls") else None)
 
 
 @entry("gb200-nvl72", "NVIDIA GB200 NVL72: 72 Blackwell gpus on one NVLink switch fabric (18 NVLink 5 links, "
-       "900 GB/s per gpu); racks on 400 Gb/s rails")
-def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS) -> Topology:
+       "900 GB/s per gpu, NVLS); racks on 400 Gb/s rails")
+def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS, nvls: bool = True) -> Topology:
     """NVIDIA GB200 NVL72 racks: 72 Blackwell gpus on one NVLink switch node per rack (``nvs``), 900 GB/s
     per gpu and direction (18 NVLink 5 links of 50 GB/s).
 
@@ -237,7 +335,9 @@ def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS)
     in a compute tray), a rail switch stands for its whole non-blocking fat-tree, 0.7 µs per NVLink switch
     hop and the NIC hops of :func:`dgx_a100`. The allgather optimum of one rack is 72 * 900 / 71 = 912.68
     GB/s (the cut around 71 gpus: one gpu's links). Gpus do not forward (the NVLink and scale-out switches
-    route).
+    route). ``nvls`` (on, as sold): each rack's NVLink switch node reduces and multicasts across the rack
+    (NVLink SHARP of the fifth-generation NVLink switch, NVIDIA GB200 NVL72 product pages); no public
+    figure limits its reduction rate, so only the links do. ``nvls=false`` gives the passive fabric.
 
     Examples
     --------
@@ -260,6 +360,7 @@ def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS)
         switches.append(nvs)
         links += [(g, nvs, 18 * NVLINK5_GBPS, NVSWITCH_HOP_US) for g in rack_gpus]
         per_rack.append(rack_gpus)
+    nvswitches = list(switches)
     if racks > 1:
         extra, scale_out = rail_scale_out(per_rack, lambda rack, i: f"b{rack}.nic{i}", lambda i: f"rail{i % rails}",
                                            nic_bandwidth)
@@ -269,13 +370,15 @@ def gb200_nvl72(racks: int = 1, rails: int = 4, nic_bandwidth: float = NDR_GBPS)
         "gb200-nvl72", gpus, switches, links, boxes=[r // 72 for r in range(len(gpus))] if racks > 1 else None,
         description=f"NVIDIA GB200 NVL72, {racks} rack(s): 72 gpus per rack on one NVLink switch node, 900 GB/s "
                     "per gpu (18 NVLink 5 links)"
-                    + (f"; one {nic_bandwidth:g} GB/s NIC per gpu on {rails} rails" if racks > 1 else ""))
+                    + (f"; one {nic_bandwidth:g} GB/s NIC per gpu on {rails} rails" if racks > 1 else ""),
+        capabilities=dict.fromkeys(nvswitches, nvls_capabilities()) if _flag(nvls, "nvls") else None)
 
 
 @entry("dgx-superpod", "DGX H100 SuperPOD-style rail-optimized fat-tree: scalable units of 32 boxes, leaf per "
        "rail, spines per pod, cores; oversubscription parameter")
 def dgx_superpod(sus: int = 4, nodes_per_su: int = 32, sus_per_pod: int = 4, spines: int = 2, cores: int = 2,
-                 oversubscription: float = 1.0, nic_bandwidth: float = NDR_GBPS) -> Topology:
+                 oversubscription: float = 1.0, nic_bandwidth: float = NDR_GBPS, nvls: bool = True,
+                 sharp: bool = False) -> Topology:
     """A DGX H100 SuperPOD-style cluster: DGX H100 boxes on a rail-optimized, multi-tier fat-tree.
 
     Boxes are :func:`dgx_h100` boxes (8 gpus at 450 GB/s on one NVSwitch node, one NIC per gpu at
@@ -296,7 +399,11 @@ def dgx_superpod(sus: int = 4, nodes_per_su: int = 32, sus_per_pod: int = 4, spi
     uplinks, and 0.5 µs per switch tier. Box cuts decide the allgather optimum at any
     oversubscription below ``nodes_per_su`` (an SU still receives more per gpu than a box):
     ``N * 400 / (N - 8)`` GB/s, 403.15 for the default 1,024 gpus; at 40:1 on 8 SUs an SU's 320 GB/s
-    of uplinks decide it: 2048 * 320 / 1792 = 365.71 GB/s. Gpus do not forward.
+    of uplinks decide it: 2048 * 320 / 1792 = 365.71 GB/s. Gpus do not forward. ``nvls`` (on) gives each
+    box's NVSwitch node NVLink SHARP as in :func:`dgx_h100`; ``sharp`` (off by default: it needs the SHARP
+    plugin and a subnet manager that enables it) gives every leaf, spine and core switch InfiniBand
+    SHARP (:func:`sharp_capabilities`; NVIDIA SHARP documentation, the NDR Quantum-2 switches of the
+    reference architecture).
 
     Examples
     --------
@@ -348,7 +455,12 @@ def dgx_superpod(sus: int = 4, nodes_per_su: int = 32, sus_per_pod: int = 4, spi
         links += [(f"pod{pod}.spine{r}.{j}", f"core{r}.{c}", core_link, SWITCH_HOP_US)
                   for pod in range(pods) for r in range(8) for j in range(spines) for c in range(cores)]
     tiers = "leaf/spine/core" if pods > 1 else "leaf/spine"
+    capabilities = dict.fromkeys((s for s in switches if s.endswith(".nvs")), nvls_capabilities(H100_NVLS_GBPS)) \
+        if _flag(nvls, "nvls") else {}
+    if _flag(sharp, "sharp"):
+        capabilities.update(dict.fromkeys((s for s in switches if not s.startswith("b")), sharp_capabilities()))
     return Topology.build(
         "dgx-superpod", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))],
         description=f"DGX H100 SuperPOD-style cluster: {sus} SU(s) x {nodes_per_su} DGX H100, rail-optimized "
-                    f"{tiers} fat-tree, {nic_bandwidth:g} GB/s per NIC, {oversubscription:g}:1 at the leaves")
+                    f"{tiers} fat-tree, {nic_bandwidth:g} GB/s per NIC, {oversubscription:g}:1 at the leaves",
+        capabilities=capabilities)

@@ -133,12 +133,15 @@ def leaf_spine(
     bandwidth: float = 25.0,
     uplink_bandwidth: float | None = None,
     latency: float = 0.5,
+    sharp: bool = False,
 ) -> Topology:
     """A 2-tier leaf-spine (folded Clos, fat-tree) network.
 
     Gpu ``gpu{r}`` (r = leaf*gpus_per_leaf + i) links to ``leaf{leaf}`` at ``bandwidth``; every leaf
     links to every ``spine{s}`` at ``uplink_bandwidth``, which defaults to non-blocking
-    (gpus_per_leaf * bandwidth / spines); a smaller value oversubscribes the uplinks.
+    (gpus_per_leaf * bandwidth / spines); a smaller value oversubscribes the uplinks. ``sharp`` gives
+    every leaf and spine InfiniBand SHARP (reduction and multicast,
+    :func:`synth.library.nvidia.sharp_capabilities`).
 
     Examples
     --------
@@ -159,10 +162,15 @@ def leaf_spine(
     spine_ids = [f"spine{s}" for s in range(spines)]
     links: list[LinkSpec] = [(gpus[r], leaf_ids[r // gpus_per_leaf], bandwidth, latency) for r in range(len(gpus))]
     links += [(leaf, spine, uplink, latency) for leaf in leaf_ids for spine in spine_ids]
+    if not isinstance(sharp, bool):
+        raise InputError("", "sharp", f"expected true or false, got {sharp!r}")
+    from synth.library.nvidia import sharp_capabilities
+
     return Topology.build(
         "leaf-spine", gpus, leaf_ids + spine_ids, links,
         description=f"leaf-spine: {leaves} leaves x {gpus_per_leaf} gpus ({bandwidth} GB/s each), "
-                    f"{spines} spines, {uplink:g} GB/s per leaf-spine link")
+                    f"{spines} spines, {uplink:g} GB/s per leaf-spine link",
+        capabilities=dict.fromkeys(leaf_ids + spine_ids, sharp_capabilities()) if sharp else None)
 
 
 @entry("multidim", "ASTRA-sim style product of Ring/FullyConnected/Switch dimensions")
