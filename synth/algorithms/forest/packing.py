@@ -48,13 +48,39 @@ class _TooDeep(Exception):  # noqa: N818  (a signal: a tree would pass the packe
     pass
 
 
+class _OverBudget(Exception):  # noqa: N818  (a signal: the packer has grown its arc limit)
+    pass
+
+
+class _DepthBound:
+    """Early rejection for :func:`_repack_pair`: the trees packed again must come out with depths (copies
+    counted, deepest first) lexicographically below ``old``. Every tree's final depth is at least what it
+    has reached so far, so once the depths reached (0 for trees not grown yet) compare at or above ``old``
+    no completion can compare below it, and the packer stops."""
+
+    def __init__(self, old: list[int]) -> None:
+        self.old = old
+        self.done: list[int] = []  # depths of the finished trees, copies counted
+
+    def hopeless(self, depth: int, copies: int) -> bool:
+        """True when the finished trees and ``copies`` trees of at least ``depth`` already compare at or
+        above ``old``."""
+        reached = sorted(self.done + [depth] * copies, reverse=True)
+        return reached + [0] * (len(self.old) - len(reached)) >= self.old
+
+    def finish(self, depth: int, copies: int) -> None:
+        """Count ``copies`` finished trees of ``depth``."""
+        self.done += [depth] * copies
+
+
 class _Packer:
     def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int],
-                 root_order: Sequence[int] | None = None, depth_limit: int | None = None,
-                 hops: Mapping[tuple[int, int], int] | None = None) -> None:
+                 root_order: Sequence[int] | None = None, depth_bound: _DepthBound | None = None,
+                 hops: Mapping[tuple[int, int], int] | None = None, arc_limit: int | None = None) -> None:
         self.n = num_compute
         self.hops: Mapping[tuple[int, int], int] = {} if hops is None else hops  # an arc's length (default 1)
-        self.depth_limit = depth_limit
+        self.depth_bound = depth_bound
+        self.arc_limit = arc_limit  # most arcs to grow (_OverBudget past it)
         self.grown = 0  # arcs added to tree classes so far
         self.root_order = list(range(num_compute)) if root_order is None else list(root_order)
         self.source = num_compute
@@ -159,6 +185,7 @@ class _Packer:
         for x in tree.nodes:
             push_from(x)
         deferred: list[tuple[int, int, int, int]] = []
+        deepest = max(depth.values())
         while len(tree.nodes) < self.n:
             while heap:
                 item = heapq.heappop(heap)
@@ -171,10 +198,14 @@ class _Packer:
             else:
                 raise PackingError(f"no arc can extend the tree of root {tree.root} ({len(tree.nodes)} nodes)")
             reached = depth[x] + hops.get((x, y), 1)
-            if self.depth_limit is not None and reached > self.depth_limit:
-                raise _TooDeep
+            if reached > deepest:
+                deepest = reached
+                if self.depth_bound is not None and self.depth_bound.hopeless(deepest, tree.copies):
+                    raise _TooDeep
             tree.arcs.append((x, y))
             self.grown += 1
+            if self.arc_limit is not None and self.grown > self.arc_limit:
+                raise _OverBudget
             tree.nodes.append(y)
             inside[y] = True
             depth[y] = reached
@@ -182,6 +213,8 @@ class _Packer:
             for item in deferred:  # a refused arc may become admissible once the tree has grown
                 heapq.heappush(heap, item)
             deferred.clear()
+        if self.depth_bound is not None:
+            self.depth_bound.finish(deepest, tree.copies)
         self._finish(tree, auxes)
 
     def _start(self, root: int) -> tuple[TreeClass, list[int]]:
@@ -543,8 +576,23 @@ def pack_trees(num_compute: int, capacity: dict[tuple[int, int], int], copies: S
 #: Most tree arcs :func:`shallower_trees` may pack again in all (its attempts stop there): the pass costs
 #: time proportional to it, and on 32 gpus with a few trees per root it settles long before.
 SHALLOW_ARC_BUDGET = 150_000
+#: A share of the packed trees' arcs (:func:`tree_arcs`) for a quick depth pass (``shallow_share`` of
+#: :func:`~synth.algorithms.forest.plan.build_plan`): a pass arc costs about what a packing arc does, so the
+#: pass then takes at most about this share of the packing's time, a fifth of the rest of the synthesis or less.
+QUICK_SHALLOW_SHARE = 0.15
 #: How many of the deepest roots :func:`shallower_trees` tries to pair with a shallow one, each round.
 SHALLOW_DEEP_ROOTS = 4
+
+
+def tree_arcs(classes: Sequence[TreeClass]) -> int:
+    """The arcs of the classes, one tree per class: about how many arcs their packing grew.
+
+    Examples
+    --------
+    >>> tree_arcs([TreeClass(0, 2, [(0, 1), (1, 2)], [0, 1, 2]), TreeClass(1, 1, [(1, 0)], [1, 0])])
+    3
+    """
+    return sum(len(tree.arcs) for tree in classes)
 
 
 def tree_depths(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int] | None = None) -> list[int]:
@@ -566,39 +614,49 @@ def tree_depths(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int
     return depths
 
 
-def _depth_profile(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int]) -> list[int]:
-    """Every tree's depth (copies counted), deepest first: the order :func:`shallower_trees` lowers."""
-    return sorted((depth for tree, depth in zip(classes, tree_depths(classes, hops), strict=True)
-                   for _ in range(tree.copies)), reverse=True)
+def _depth_profile(classes: Sequence[TreeClass], depths: Sequence[int]) -> list[int]:
+    """The classes' depths, copies counted, deepest first: the order :func:`shallower_trees` lowers."""
+    return sorted((depth for tree, depth in zip(classes, depths, strict=True) for _ in range(tree.copies)),
+                  reverse=True)
 
 
 def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
-                 copies: list[int], deep: int, other: int, best: list[int],
-                 hops: Mapping[tuple[int, int], int]) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
-    """Roots ``deep`` and ``other`` packed again on the capacity the other roots' trees leave, ``deep``
-    first and then ``other`` first: the first forest whose depth profile is below ``best`` (or None), and
-    how many arcs were grown to find out."""
-    kept = [tree for tree in classes if tree.root not in (deep, other)]
+                 depths: list[int], copies: list[int], pair: tuple[int, int],
+                 hops: Mapping[tuple[int, int], int],
+                 arc_limit: int) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
+    """The roots of ``pair`` packed again on the capacity the other roots' trees leave, either one first:
+    the first forest (its classes and their depths) whose depth profile is below the current one, or None;
+    and how many arcs were grown to find out (at most ``arc_limit``: past it the attempt is given up).
+
+    The other roots' trees are the same in both forests, so the forests' profiles compare as the pair's
+    own trees' profiles do; a repacking stops as soon as the depths its trees have reached show it cannot
+    come out below (:class:`_DepthBound`)."""
+    inside = [tree.root in pair for tree in classes]
+    kept = [tree for tree, own in zip(classes, inside, strict=True) if not own]
+    kept_depths = [depth for depth, own in zip(depths, inside, strict=True) if not own]
+    old = _depth_profile([tree for tree, own in zip(classes, inside, strict=True) if own],
+                         [depth for depth, own in zip(depths, inside, strict=True) if own])
     load: dict[tuple[int, int], int] = {}
     for tree in kept:
         for arc in tree.arcs:
             load[arc] = load.get(arc, 0) + tree.copies
     left = {arc: cap - load.get(arc, 0) for arc, cap in capacity.items() if cap > load.get(arc, 0)}
-    pair_copies = [copies[r] if r in (deep, other) else 0 for r in range(num_compute)]
-    limit = max(tree_depths([tree for tree in classes if tree.root in (deep, other)], hops))
+    pair_copies = [copies[r] if r in pair else 0 for r in range(num_compute)]
     grown = 0
-    for first, second in ((deep, other), (other, deep)):
-        order = [first, second] + [r for r in range(num_compute) if r not in (first, second)]
-        packer = _Packer(num_compute, left, pair_copies, order, limit, hops)
+    for first, second in (pair, pair[::-1]):
+        order = [first, second] + [r for r in range(num_compute) if r not in pair]
+        packer = _Packer(num_compute, left, pair_copies, order, _DepthBound(old), hops, arc_limit - grown)
         try:
-            candidate = kept + packer.pack()
+            packed = packer.pack()
         except _TooDeep:
-            continue  # a tree deeper than the pair's deepest: the forest's depths cannot compare lower
+            continue  # its depths cannot compare below the pair's
+        except _OverBudget:
+            return None, grown + packer.grown
         finally:
             grown += packer.grown
-        profile = _depth_profile(candidate, hops)
-        if profile < best:
-            return (candidate, profile), grown
+        packed_depths = tree_depths(packed, hops)
+        if _depth_profile(packed, packed_depths) < old:
+            return (kept + packed, kept_depths + packed_depths), grown
     return None, grown
 
 
@@ -613,9 +671,10 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
     takes one of the deepest roots' trees and another root's trees out, packs the two roots again on the
     capacity the others leave (either one first; the pair's own trees show it can be done, so Edmonds'
     condition holds), and keeps the result where the forest's depths, deepest first and copies counted,
-    compare lower. It repeats until no pair helps or ``arc_budget`` tree arcs have been grown. Every root
-    keeps its tree count and no arc carries more than its capacity, so the forest's rate is unchanged;
-    only which trees, and how deep, changes. Deterministic.
+    compare lower. It repeats until no pair helps or ``arc_budget`` tree arcs have been grown (an attempt
+    that would pass the budget is given up). Every root keeps its tree count and no arc carries more than
+    its capacity, so the forest's rate is unchanged; only which trees, and how deep, changes.
+    Deterministic; with a larger budget the pass takes the same steps and may take more.
 
     Examples
     --------
@@ -632,11 +691,11 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
     if len(roots) < 2:
         return classes
     hops = {} if hops is None else hops
+    depths = tree_depths(classes, hops)
     spent = 0
-    best = _depth_profile(classes, hops)
     while spent < arc_budget:
         depth_of = dict.fromkeys(roots, 0)
-        for tree, depth in zip(classes, tree_depths(classes, hops), strict=True):
+        for tree, depth in zip(classes, depths, strict=True):
             depth_of[tree.root] = max(depth_of[tree.root], depth)
         improved = None
         for deep in sorted(roots, key=lambda r: (-depth_of[r], r))[:SHALLOW_DEEP_ROOTS]:
@@ -645,7 +704,8 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
                     continue
                 if spent >= arc_budget:
                     break
-                improved, grown = _repack_pair(num_compute, capacity, classes, copies, deep, other, best, hops)
+                improved, grown = _repack_pair(num_compute, capacity, classes, depths, copies, (deep, other), hops,
+                                               arc_budget - spent)
                 spent += grown
                 if improved is not None:
                     break
@@ -653,6 +713,6 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
                 break
         if improved is None:
             break
-        classes, best = improved
+        classes, depths = improved
     classes.sort(key=lambda tree: tree.root)
     return classes
