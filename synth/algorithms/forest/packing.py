@@ -56,15 +56,19 @@ class _DepthBound:
     """Early rejection for :func:`_repack_pair`: the trees packed again must come out with depths (copies
     counted, deepest first) lexicographically below ``old``. Every tree's final depth is at least what it
     has reached so far, so once the depths reached (0 for trees not grown yet) compare at or above ``old``
-    no completion can compare below it, and the packer stops."""
+    no completion can compare below it, and the packer stops. Without ``lexicographic`` it stops only
+    once a tree is deeper than ``old``'s deepest."""
 
-    def __init__(self, old: list[int]) -> None:
+    def __init__(self, old: list[int], lexicographic: bool) -> None:
         self.old = old
+        self.lexicographic = lexicographic
         self.done: list[int] = []  # depths of the finished trees, copies counted
 
     def hopeless(self, depth: int, copies: int) -> bool:
         """True when the finished trees and ``copies`` trees of at least ``depth`` already compare at or
-        above ``old``."""
+        above ``old`` (without ``lexicographic``: when ``depth`` passes its deepest)."""
+        if not self.lexicographic or depth > self.old[0]:
+            return depth > self.old[0]
         reached = sorted(self.done + [depth] * copies, reverse=True)
         return reached + [0] * (len(self.old) - len(reached)) >= self.old
 
@@ -623,14 +627,15 @@ def _depth_profile(classes: Sequence[TreeClass], depths: Sequence[int]) -> list[
 def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
                  depths: list[int], copies: list[int], pair: tuple[int, int],
                  hops: Mapping[tuple[int, int], int],
-                 arc_limit: int) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
+                 arc_limit: int | None) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
     """The roots of ``pair`` packed again on the capacity the other roots' trees leave, either one first:
     the first forest (its classes and their depths) whose depth profile is below the current one, or None;
-    and how many arcs were grown to find out (at most ``arc_limit``: past it the attempt is given up).
+    and how many arcs were grown to find out.
 
     The other roots' trees are the same in both forests, so the forests' profiles compare as the pair's
-    own trees' profiles do; a repacking stops as soon as the depths its trees have reached show it cannot
-    come out below (:class:`_DepthBound`)."""
+    own trees' profiles do. With ``arc_limit`` a repacking stops as soon as the depths its trees have
+    reached show it cannot come out below (:class:`_DepthBound`), and the attempt is given up past
+    ``arc_limit`` arcs; without, a repacking stops once a tree is deeper than the pair's deepest."""
     inside = [tree.root in pair for tree in classes]
     kept = [tree for tree, own in zip(classes, inside, strict=True) if not own]
     kept_depths = [depth for depth, own in zip(depths, inside, strict=True) if not own]
@@ -645,7 +650,9 @@ def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes
     grown = 0
     for first, second in (pair, pair[::-1]):
         order = [first, second] + [r for r in range(num_compute) if r not in pair]
-        packer = _Packer(num_compute, left, pair_copies, order, _DepthBound(old), hops, arc_limit - grown)
+        bound = _DepthBound(old, lexicographic=arc_limit is not None)
+        packer = _Packer(num_compute, left, pair_copies, order, bound, hops,
+                         None if arc_limit is None else arc_limit - grown)
         try:
             packed = packer.pack()
         except _TooDeep:
@@ -662,7 +669,7 @@ def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes
 
 def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
                     hops: Mapping[tuple[int, int], int] | None = None,
-                    arc_budget: int = SHALLOW_ARC_BUDGET) -> list[TreeClass]:
+                    arc_budget: int = SHALLOW_ARC_BUDGET, quick: bool = False) -> list[TreeClass]:
     """The same packing problem's trees, made shallower by packing two roots' trees again.
 
     The packer grows one root's trees after another, so the last roots take what capacity the others
@@ -671,10 +678,14 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
     takes one of the deepest roots' trees and another root's trees out, packs the two roots again on the
     capacity the others leave (either one first; the pair's own trees show it can be done, so Edmonds'
     condition holds), and keeps the result where the forest's depths, deepest first and copies counted,
-    compare lower. It repeats until no pair helps or ``arc_budget`` tree arcs have been grown (an attempt
-    that would pass the budget is given up). Every root keeps its tree count and no arc carries more than
-    its capacity, so the forest's rate is unchanged; only which trees, and how deep, changes.
-    Deterministic; with a larger budget the pass takes the same steps and may take more.
+    compare lower. It repeats until no pair helps or ``arc_budget`` tree arcs have been grown. Every root
+    keeps its tree count and no arc carries more than its capacity, so the forest's rate is unchanged;
+    only which trees, and how deep, changes. Deterministic.
+
+    ``quick``: stop each attempt as soon as the depths its trees have reached show that it cannot compare
+    lower, and give up an attempt that would pass the budget (which then bounds the pass's work however
+    small it is). The pass takes the same steps as without, spending fewer arcs on each, so with the same
+    budget it takes the same steps or more.
 
     Examples
     --------
@@ -705,7 +716,7 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
                 if spent >= arc_budget:
                     break
                 improved, grown = _repack_pair(num_compute, capacity, classes, depths, copies, (deep, other), hops,
-                                               arc_budget - spent)
+                                               arc_budget - spent if quick else None)
                 spent += grown
                 if improved is not None:
                     break

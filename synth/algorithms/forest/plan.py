@@ -158,10 +158,11 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     False never. It needs one root per gpu (allgather, reduce-scatter, allreduce). ``spread``: split the
     switches into many light pairs (see :func:`~synth.algorithms.forest.splitting.split_switches`).
     ``shallow_budget``: the depth pass's budget in tree arcs (:func:`~synth.algorithms.forest.packing.shallower_trees`),
-    for plans packed without symmetry; with ``shallow_share`` the budget is also at most that share of the
-    packed trees' arcs (:func:`~synth.algorithms.forest.packing.tree_arcs`), which bounds the pass's time by a
-    share of the packing's (:data:`~synth.algorithms.forest.packing.QUICK_SHALLOW_SHARE` keeps it within a
-    fifth of the rest of the synthesis). ``min_trees``: the optimum with at least that many trees per root."""
+    for plans packed without symmetry; with ``shallow_share`` the pass is quick (``quick`` there) and its
+    budget also at most that share of the packed trees' arcs
+    (:func:`~synth.algorithms.forest.packing.tree_arcs`), which bounds its time by a share of the packing's
+    (:data:`~synth.algorithms.forest.packing.QUICK_SHALLOW_SHARE` keeps it within a fifth of the rest of the
+    synthesis). ``min_trees``: the optimum with at least that many trees per root."""
     started = time.perf_counter()
     net = Network.from_topology(topology, reverse=reverse)
     weights = _weights(topology, root)
@@ -199,7 +200,8 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
             hops = {arc: max(len(path) - 1 for path, _ in bundles) for arc, bundles in logical.paths.items()}
             budget = shallow_budget if shallow_share is None else \
                 min(shallow_budget, int(shallow_share * tree_arcs(classes)))
-            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops, budget)
+            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops, budget,
+                                      quick=shallow_share is not None)
             timings["shallow"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
