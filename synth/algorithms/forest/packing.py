@@ -132,15 +132,21 @@ class _Packer:
 
     # ------------------------------------------------------------------------------- growing
     def _largest_copies(self, tree: TreeClass, aux: int, x: int, y: int) -> int:
-        """How many copies of ``tree`` can take arc (x, y) (see the module docstring)."""
+        """How many copies of ``tree`` can take arc (x, y) (see the module docstring); the arc from ``aux``
+        to ``y`` is left unbounded where some can (as the tree will then hold ``y``), at 0 where none can."""
         limit = min(tree.copies, self.remaining[(x, y)])
-        saved_root = self.solver.capacity(self.root_arc[x])
-        self.solver.set_capacity(self.root_arc[x], INFINITY)
+        root_arc = self.root_arc[x]
+        saved_root = self.solver.capacity(root_arc)
+        if saved_root != INFINITY:
+            self.solver.set_capacity(root_arc, INFINITY)
         self._aux_to(aux, y, INFINITY)
         flow = self.solver.max_flow(self.source, y)
-        self.solver.set_capacity(self.root_arc[x], saved_root)
-        self._aux_to(aux, y, 0)
-        return max(0, min(limit, flow - self.unfinished))
+        if saved_root != INFINITY:
+            self.solver.set_capacity(root_arc, saved_root)
+        mu = max(0, min(limit, flow - self.unfinished))
+        if mu == 0:
+            self._aux_to(aux, y, 0)
+        return mu
 
     def _extend(self, tree: TreeClass, auxes: list[int], x: int, y: int,
                 stack: list[tuple[TreeClass, list[int]]]) -> int:
@@ -156,7 +162,6 @@ class _Packer:
             self.solver.set_capacity(self.aux_source[aux], mu)
         self.remaining[(x, y)] -= mu
         self.solver.set_capacity(self.arc[(x, y)], self.remaining[(x, y)])
-        self._aux_to(aux, y, INFINITY)
         return mu
 
     def _finish(self, tree: TreeClass, auxes: list[int]) -> None:
