@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from synth.algorithms import synthesize
 from synth.algorithms.forest import forest, plan
-from synth.algorithms.forest.packing import pack_trees, shallower_trees, tree_depths
+from synth.algorithms.forest.packing import QUICK_SHALLOW_SHARE, pack_trees, shallower_trees, tree_depths
 from synth.algorithms.forest.splitting import _shortcut, split_switches
 from synth.bounds import algbw_bound, limited_trees, optimal_bound
 from synth.collectives import Kind
@@ -500,6 +500,37 @@ def test_shallower_trees_keep_the_packing_and_never_deepen(topo, trees, lengths)
     check_packing(shallow, logical.capacity, copies, net.num_compute)
     assert depth_profile(shallow, hops) <= depth_profile(classes, hops)
     assert shallower_trees(net.num_compute, logical.capacity, classes, hops) == shallow  # deterministic
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topo=random_topologies(max_gpus=6), trees=st.integers(1, 3), budget=st.integers(0, 200))
+def test_quick_depth_pass_takes_the_full_pass_steps_within_its_budget(topo, trees, budget):
+    """The quick pass stops hopeless attempts early and gives up one that would pass its budget: a valid
+    packing never deeper than the packer's, and with a budget the full pass converges within, the same
+    trees as the full pass."""
+    net = Network.from_topology(topo)
+    weights = [1] * net.num_compute
+    rate, capacities = rate_with_trees(net, weights, trees, cut_bound(net, weights).rate)
+    logical = split_switches(net, capacities, weights, trees)
+    copies = [trees] * net.num_compute
+    classes, _ = pack_trees(net.num_compute, logical.capacity, copies)
+    quick = shallower_trees(net.num_compute, logical.capacity, classes, None, budget, quick=True)
+    check_packing(quick, logical.capacity, copies, net.num_compute)
+    assert depth_profile(quick) <= depth_profile(classes)
+    full = shallower_trees(net.num_compute, logical.capacity, classes)
+    assert shallower_trees(net.num_compute, logical.capacity, classes, None, 10**9, quick=True) == full
+
+
+def test_quick_depth_pass_costs_a_share_of_the_packing_on_mi250():
+    """Plain forest's quick pass (``shallow_share``) grows at most that share of the packed trees' arcs."""
+    topo = load_topology("mi250")
+    full = plan.build_plan(topo)
+    quick = plan.build_plan(topo, shallow_share=QUICK_SHALLOW_SHARE)
+    none = plan.build_plan(topo, shallow_budget=0)
+    n = full.net.num_compute
+    check_packing(quick.classes, quick.logical.capacity, [quick.trees] * n, n)
+    assert depth_profile(full.classes) <= depth_profile(quick.classes) <= depth_profile(none.classes)
+    assert quick.timings["shallow"] < full.timings["shallow"]
 
 
 def test_depth_pass_takes_the_deep_trees_of_2_mi250_from_16_arcs_to_at_most_10():

@@ -48,13 +48,43 @@ class _TooDeep(Exception):  # noqa: N818  (a signal: a tree would pass the packe
     pass
 
 
+class _OverBudget(Exception):  # noqa: N818  (a signal: the packer has grown its arc limit)
+    pass
+
+
+class _DepthBound:
+    """Early rejection for :func:`_repack_pair`: the trees packed again must come out with depths (copies
+    counted, deepest first) lexicographically below ``old``. Every tree's final depth is at least what it
+    has reached so far, so once the depths reached (0 for trees not grown yet) compare at or above ``old``
+    no completion can compare below it, and the packer stops. Without ``lexicographic`` it stops only
+    once a tree is deeper than ``old``'s deepest."""
+
+    def __init__(self, old: list[int], lexicographic: bool) -> None:
+        self.old = old
+        self.lexicographic = lexicographic
+        self.done: list[int] = []  # depths of the finished trees, copies counted
+
+    def hopeless(self, depth: int, copies: int) -> bool:
+        """True when the finished trees and ``copies`` trees of at least ``depth`` already compare at or
+        above ``old`` (without ``lexicographic``: when ``depth`` passes its deepest)."""
+        if not self.lexicographic or depth > self.old[0]:
+            return depth > self.old[0]
+        reached = sorted(self.done + [depth] * copies, reverse=True)
+        return reached + [0] * (len(self.old) - len(reached)) >= self.old
+
+    def finish(self, depth: int, copies: int) -> None:
+        """Count ``copies`` finished trees of ``depth``."""
+        self.done += [depth] * copies
+
+
 class _Packer:
     def __init__(self, num_compute: int, capacity: dict[tuple[int, int], int], copies: Sequence[int],
-                 root_order: Sequence[int] | None = None, depth_limit: int | None = None,
-                 hops: Mapping[tuple[int, int], int] | None = None) -> None:
+                 root_order: Sequence[int] | None = None, depth_bound: _DepthBound | None = None,
+                 hops: Mapping[tuple[int, int], int] | None = None, arc_limit: int | None = None) -> None:
         self.n = num_compute
         self.hops: Mapping[tuple[int, int], int] = {} if hops is None else hops  # an arc's length (default 1)
-        self.depth_limit = depth_limit
+        self.depth_bound = depth_bound
+        self.arc_limit = arc_limit  # most arcs to grow (_OverBudget past it)
         self.grown = 0  # arcs added to tree classes so far
         self.root_order = list(range(num_compute)) if root_order is None else list(root_order)
         self.source = num_compute
@@ -102,15 +132,21 @@ class _Packer:
 
     # ------------------------------------------------------------------------------- growing
     def _largest_copies(self, tree: TreeClass, aux: int, x: int, y: int) -> int:
-        """How many copies of ``tree`` can take arc (x, y) (see the module docstring)."""
+        """How many copies of ``tree`` can take arc (x, y) (see the module docstring); the arc from ``aux``
+        to ``y`` is left unbounded where some can (as the tree will then hold ``y``), at 0 where none can."""
         limit = min(tree.copies, self.remaining[(x, y)])
-        saved_root = self.solver.capacity(self.root_arc[x])
-        self.solver.set_capacity(self.root_arc[x], INFINITY)
+        root_arc = self.root_arc[x]
+        saved_root = self.solver.capacity(root_arc)
+        if saved_root != INFINITY:
+            self.solver.set_capacity(root_arc, INFINITY)
         self._aux_to(aux, y, INFINITY)
         flow = self.solver.max_flow(self.source, y)
-        self.solver.set_capacity(self.root_arc[x], saved_root)
-        self._aux_to(aux, y, 0)
-        return max(0, min(limit, flow - self.unfinished))
+        if saved_root != INFINITY:
+            self.solver.set_capacity(root_arc, saved_root)
+        mu = max(0, min(limit, flow - self.unfinished))
+        if mu == 0:
+            self._aux_to(aux, y, 0)
+        return mu
 
     def _extend(self, tree: TreeClass, auxes: list[int], x: int, y: int,
                 stack: list[tuple[TreeClass, list[int]]]) -> int:
@@ -126,7 +162,6 @@ class _Packer:
             self.solver.set_capacity(self.aux_source[aux], mu)
         self.remaining[(x, y)] -= mu
         self.solver.set_capacity(self.arc[(x, y)], self.remaining[(x, y)])
-        self._aux_to(aux, y, INFINITY)
         return mu
 
     def _finish(self, tree: TreeClass, auxes: list[int]) -> None:
@@ -159,6 +194,7 @@ class _Packer:
         for x in tree.nodes:
             push_from(x)
         deferred: list[tuple[int, int, int, int]] = []
+        deepest = max(depth.values())
         while len(tree.nodes) < self.n:
             while heap:
                 item = heapq.heappop(heap)
@@ -171,10 +207,14 @@ class _Packer:
             else:
                 raise PackingError(f"no arc can extend the tree of root {tree.root} ({len(tree.nodes)} nodes)")
             reached = depth[x] + hops.get((x, y), 1)
-            if self.depth_limit is not None and reached > self.depth_limit:
-                raise _TooDeep
+            if reached > deepest:
+                deepest = reached
+                if self.depth_bound is not None and self.depth_bound.hopeless(deepest, tree.copies):
+                    raise _TooDeep
             tree.arcs.append((x, y))
             self.grown += 1
+            if self.arc_limit is not None and self.grown > self.arc_limit:
+                raise _OverBudget
             tree.nodes.append(y)
             inside[y] = True
             depth[y] = reached
@@ -182,6 +222,8 @@ class _Packer:
             for item in deferred:  # a refused arc may become admissible once the tree has grown
                 heapq.heappush(heap, item)
             deferred.clear()
+        if self.depth_bound is not None:
+            self.depth_bound.finish(deepest, tree.copies)
         self._finish(tree, auxes)
 
     def _start(self, root: int) -> tuple[TreeClass, list[int]]:
@@ -543,8 +585,25 @@ def pack_trees(num_compute: int, capacity: dict[tuple[int, int], int], copies: S
 #: Most tree arcs :func:`shallower_trees` may pack again in all (its attempts stop there): the pass costs
 #: time proportional to it, and on 32 gpus with a few trees per root it settles long before.
 SHALLOW_ARC_BUDGET = 150_000
+#: A share of the packed trees' arcs (:func:`tree_arcs`) for a quick depth pass (``shallow_share`` of
+#: :func:`~synth.algorithms.forest.plan.build_plan`): a pass arc costs about what a packing arc does, so the
+#: pass then takes at most about this share of the packing's time, a fifth of the rest of the synthesis or less.
+#: That buys about one attempt: on most named systems it finds no pair that helps (on 2 x MI250 the deepest
+#: tree goes from 28 arcs to 25, where the full pass reaches 12).
+QUICK_SHALLOW_SHARE = 0.15
 #: How many of the deepest roots :func:`shallower_trees` tries to pair with a shallow one, each round.
 SHALLOW_DEEP_ROOTS = 4
+
+
+def tree_arcs(classes: Sequence[TreeClass]) -> int:
+    """The arcs of the classes, one tree per class: about how many arcs their packing grew.
+
+    Examples
+    --------
+    >>> tree_arcs([TreeClass(0, 2, [(0, 1), (1, 2)], [0, 1, 2]), TreeClass(1, 1, [(1, 0)], [1, 0])])
+    3
+    """
+    return sum(len(tree.arcs) for tree in classes)
 
 
 def tree_depths(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int] | None = None) -> list[int]:
@@ -566,45 +625,58 @@ def tree_depths(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int
     return depths
 
 
-def _depth_profile(classes: Sequence[TreeClass], hops: Mapping[tuple[int, int], int]) -> list[int]:
-    """Every tree's depth (copies counted), deepest first: the order :func:`shallower_trees` lowers."""
-    return sorted((depth for tree, depth in zip(classes, tree_depths(classes, hops), strict=True)
-                   for _ in range(tree.copies)), reverse=True)
+def _depth_profile(classes: Sequence[TreeClass], depths: Sequence[int]) -> list[int]:
+    """The classes' depths, copies counted, deepest first: the order :func:`shallower_trees` lowers."""
+    return sorted((depth for tree, depth in zip(classes, depths, strict=True) for _ in range(tree.copies)),
+                  reverse=True)
 
 
 def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
-                 copies: list[int], deep: int, other: int, best: list[int],
-                 hops: Mapping[tuple[int, int], int]) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
-    """Roots ``deep`` and ``other`` packed again on the capacity the other roots' trees leave, ``deep``
-    first and then ``other`` first: the first forest whose depth profile is below ``best`` (or None), and
-    how many arcs were grown to find out."""
-    kept = [tree for tree in classes if tree.root not in (deep, other)]
+                 depths: list[int], copies: list[int], pair: tuple[int, int],
+                 hops: Mapping[tuple[int, int], int],
+                 arc_limit: int | None) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
+    """The roots of ``pair`` packed again on the capacity the other roots' trees leave, either one first:
+    the first forest (its classes and their depths) whose depth profile is below the current one, or None;
+    and how many arcs were grown to find out.
+
+    The other roots' trees are the same in both forests, so the forests' profiles compare as the pair's
+    own trees' profiles do. With ``arc_limit`` a repacking stops as soon as the depths its trees have
+    reached show it cannot come out below (:class:`_DepthBound`), and the attempt is given up past
+    ``arc_limit`` arcs; without, a repacking stops once a tree is deeper than the pair's deepest."""
+    inside = [tree.root in pair for tree in classes]
+    kept = [tree for tree, own in zip(classes, inside, strict=True) if not own]
+    kept_depths = [depth for depth, own in zip(depths, inside, strict=True) if not own]
+    old = _depth_profile([tree for tree, own in zip(classes, inside, strict=True) if own],
+                         [depth for depth, own in zip(depths, inside, strict=True) if own])
     load: dict[tuple[int, int], int] = {}
     for tree in kept:
         for arc in tree.arcs:
             load[arc] = load.get(arc, 0) + tree.copies
     left = {arc: cap - load.get(arc, 0) for arc, cap in capacity.items() if cap > load.get(arc, 0)}
-    pair_copies = [copies[r] if r in (deep, other) else 0 for r in range(num_compute)]
-    limit = max(tree_depths([tree for tree in classes if tree.root in (deep, other)], hops))
+    pair_copies = [copies[r] if r in pair else 0 for r in range(num_compute)]
     grown = 0
-    for first, second in ((deep, other), (other, deep)):
-        order = [first, second] + [r for r in range(num_compute) if r not in (first, second)]
-        packer = _Packer(num_compute, left, pair_copies, order, limit, hops)
+    for first, second in (pair, pair[::-1]):
+        order = [first, second] + [r for r in range(num_compute) if r not in pair]
+        bound = _DepthBound(old, lexicographic=arc_limit is not None)
+        packer = _Packer(num_compute, left, pair_copies, order, bound, hops,
+                         None if arc_limit is None else arc_limit - grown)
         try:
-            candidate = kept + packer.pack()
+            packed = packer.pack()
         except _TooDeep:
-            continue  # a tree deeper than the pair's deepest: the forest's depths cannot compare lower
+            continue  # its depths cannot compare below the pair's
+        except _OverBudget:
+            return None, grown + packer.grown
         finally:
             grown += packer.grown
-        profile = _depth_profile(candidate, hops)
-        if profile < best:
-            return (candidate, profile), grown
+        packed_depths = tree_depths(packed, hops)
+        if _depth_profile(packed, packed_depths) < old:
+            return (kept + packed, kept_depths + packed_depths), grown
     return None, grown
 
 
 def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
                     hops: Mapping[tuple[int, int], int] | None = None,
-                    arc_budget: int = SHALLOW_ARC_BUDGET) -> list[TreeClass]:
+                    arc_budget: int = SHALLOW_ARC_BUDGET, quick: bool = False) -> list[TreeClass]:
     """The same packing problem's trees, made shallower by packing two roots' trees again.
 
     The packer grows one root's trees after another, so the last roots take what capacity the others
@@ -616,6 +688,11 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
     compare lower. It repeats until no pair helps or ``arc_budget`` tree arcs have been grown. Every root
     keeps its tree count and no arc carries more than its capacity, so the forest's rate is unchanged;
     only which trees, and how deep, changes. Deterministic.
+
+    ``quick``: stop each attempt as soon as the depths its trees have reached show that it cannot compare
+    lower, and give up an attempt that would pass the budget (which then bounds the pass's work however
+    small it is). The pass takes the same steps as without, spending fewer arcs on each, so with the same
+    budget it takes the same steps or more.
 
     Examples
     --------
@@ -632,11 +709,11 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
     if len(roots) < 2:
         return classes
     hops = {} if hops is None else hops
+    depths = tree_depths(classes, hops)
     spent = 0
-    best = _depth_profile(classes, hops)
     while spent < arc_budget:
         depth_of = dict.fromkeys(roots, 0)
-        for tree, depth in zip(classes, tree_depths(classes, hops), strict=True):
+        for tree, depth in zip(classes, depths, strict=True):
             depth_of[tree.root] = max(depth_of[tree.root], depth)
         improved = None
         for deep in sorted(roots, key=lambda r: (-depth_of[r], r))[:SHALLOW_DEEP_ROOTS]:
@@ -645,7 +722,8 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
                     continue
                 if spent >= arc_budget:
                     break
-                improved, grown = _repack_pair(num_compute, capacity, classes, copies, deep, other, best, hops)
+                improved, grown = _repack_pair(num_compute, capacity, classes, depths, copies, (deep, other), hops,
+                                               arc_budget - spent if quick else None)
                 spent += grown
                 if improved is not None:
                     break
@@ -653,6 +731,6 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
                 break
         if improved is None:
             break
-        classes, best = improved
+        classes, depths = improved
     classes.sort(key=lambda tree: tree.root)
     return classes

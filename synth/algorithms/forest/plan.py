@@ -8,7 +8,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET, TreeClass, pack_trees, shallower_trees
+from synth.algorithms.forest.packing import (
+    SHALLOW_ARC_BUDGET,
+    TreeClass,
+    pack_trees,
+    shallower_trees,
+    tree_arcs,
+)
 from synth.algorithms.forest.splitting import LogicalGraph, SplitFailed, split_switches
 from synth.cuts.allgather import (
     CutBound,
@@ -144,7 +150,7 @@ SYMMETRY_MIN_GPUS = 64
 def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
                max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
                spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET,
-               min_trees: int | None = None) -> ForestPlan:
+               min_trees: int | None = None, shallow_share: float | None = None) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
 
     ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
@@ -152,7 +158,11 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     False never. It needs one root per gpu (allgather, reduce-scatter, allreduce). ``spread``: split the
     switches into many light pairs (see :func:`~synth.algorithms.forest.splitting.split_switches`).
     ``shallow_budget``: the depth pass's budget in tree arcs (:func:`~synth.algorithms.forest.packing.shallower_trees`),
-    for plans packed without symmetry. ``min_trees``: the optimum with at least that many trees per root."""
+    for plans packed without symmetry; with ``shallow_share`` the pass is quick (``quick`` there) and its
+    budget also at most that share of the packed trees' arcs
+    (:func:`~synth.algorithms.forest.packing.tree_arcs`), which bounds its time by a share of the packing's
+    (:data:`~synth.algorithms.forest.packing.QUICK_SHALLOW_SHARE` keeps it within a fifth of the rest of the
+    synthesis). ``min_trees``: the optimum with at least that many trees per root."""
     started = time.perf_counter()
     net = Network.from_topology(topology, reverse=reverse)
     weights = _weights(topology, root)
@@ -188,7 +198,10 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
             mark = time.perf_counter()
             # an arc through switches is as many hops as its path has links
             hops = {arc: max(len(path) - 1 for path, _ in bundles) for arc, bundles in logical.paths.items()}
-            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops, shallow_budget)
+            budget = shallow_budget if shallow_share is None else \
+                min(shallow_budget, int(shallow_share * tree_arcs(classes)))
+            classes = shallower_trees(net.num_compute, logical.capacity, classes, hops, budget,
+                                      quick=shallow_share is not None)
             timings["shallow"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
@@ -242,15 +255,15 @@ def is_symmetric(topology: Topology) -> bool:
                for u, v, data in graph.edges(data=True))
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int, int | None],
-                    tuple[Topology, ForestPlan]] = OrderedDict()
+_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int, int | None,
+                          float | None], tuple[Topology, ForestPlan]] = OrderedDict()
 _CACHE_SIZE = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
              max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
              spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET,
-             min_trees: int | None = None) -> ForestPlan:
+             min_trees: int | None = None, shallow_share: float | None = None) -> ForestPlan:
     """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
 
     On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
@@ -258,12 +271,14 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     backwards."""
     if reverse and is_symmetric(topology):
         reverse = False
-    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees)
+    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees,
+           shallow_share)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         _CACHE.move_to_end(key)
         return hit[1]
-    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees)
+    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees,
+                      shallow_share)
     _CACHE[key] = (topology, plan)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
