@@ -60,7 +60,7 @@ def verify_trees(form: TreeSchedule, topology: Topology) -> TreeVerifyReport:
     >>> topo = load_topology("dgx1")
     >>> report = verify_trees(forest_trees(topo, Kind.ALLREDUCE), topo)
     >>> report.transfers, report.trees
-    (827, 96)
+    (826, 96)
     """
     _check_ranks(form, topology)
     _check_path_table(form, topology)

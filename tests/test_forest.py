@@ -370,11 +370,14 @@ def test_spread_splitting_keeps_every_collective_optimal(topo):
 
 
 def tree_depth(topo: Topology, kind: Kind, spread: bool) -> int:
-    """The deepest tree of forest's trees form (as ``synth verify`` reports it)."""
+    """The deepest tree of forest's trees form (as ``synth verify`` reports it), with the full depth pass
+    (the size choice's; plain forest's default pass is a quick one)."""
     from synth.algorithms.forest import forest_trees
+    from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET
     from synth.verify_trees import verify_trees
 
-    return verify_trees(forest_trees(topo, kind, spread=spread), topo).max_tree_depth
+    form = forest_trees(topo, kind, spread=spread, depth_pass_arcs=SHALLOW_ARC_BUDGET)
+    return verify_trees(form, topo).max_tree_depth
 
 
 @pytest.mark.parametrize(("spec", "kind", "default_depth", "spread_depth"), [

@@ -172,7 +172,8 @@ class ForestChoice:
 
     def build(self, limit: int | None, *, spread: bool | None = None, min_trees: int | None = None,
               depth_pass_arcs: int = SHALLOW_ARC_BUDGET) -> Schedule:
-        """Forest with at most ``limit`` trees per root (None: the optimum, with the caller's chunks)."""
+        """Forest with at most ``limit`` trees per root (None: the optimum, with the caller's chunks), with the
+        full depth pass (plain forest's default pass is a quick one: depth matters to the time at a size)."""
         return forest(self.topology, self.kind, chunks=self.chunks if limit is None else None, root=self.root,
                       max_trees_per_root=limit, pipelined=self.pipelined, symmetric=self.symmetric,
                       spread=self.spread if spread is None else spread, min_trees_per_root=min_trees,
@@ -403,15 +404,15 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
            **construction: Any) -> Schedule:
     """Forest's schedule for ``size`` bytes: the fastest candidate of the size choice (the module docstring).
 
-    With ``max_trees_per_root`` or ``min_trees_per_root`` the trees are fixed: that forest, with ``size``
-    recorded and nothing chosen. ``work_limit`` replaces :data:`SIZE_CHOICE_WORK_LIMIT` for the refinements;
+    With ``max_trees_per_root`` or ``min_trees_per_root`` the trees are fixed: that forest (with the full
+    depth pass, as every candidate has), with ``size`` recorded and nothing chosen. ``work_limit`` replaces :data:`SIZE_CHOICE_WORK_LIMIT` for the refinements;
     ``progress`` receives an event (phase ``"size choice"``) per simulated or skipped candidate and one
     (``"done"``) with the choice. Forest's other options are passed on to every candidate.
     """
     options: dict[str, Any] = dict(chunks=chunks, root=root, pipelined=pipelined, symmetric=symmetric, spread=spread)
     if (max_trees_per_root is not None or min_trees_per_root is not None) and not construction:
         schedule = forest(topology, kind, max_trees_per_root=max_trees_per_root,
-                          min_trees_per_root=min_trees_per_root, **options)
+                          min_trees_per_root=min_trees_per_root, depth_pass_arcs=SHALLOW_ARC_BUDGET, **options)
         return dataclasses.replace(schedule, params={**schedule.params, "size": size})
     if construction:
         import inspect

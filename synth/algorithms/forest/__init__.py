@@ -39,9 +39,11 @@ symmetric : bool, optional
 chunks : int, optional
     A multiple of the natural chunk count (N*k for allgather, reduce-scatter and allreduce, k for
     broadcast and reduce); each tree then carries several chunks.
-depth_pass_arcs : int
+depth_pass_arcs : int, optional
     The depth pass's budget in tree arcs (0: none): after packing, pairs of roots are packed again while
-    that makes the deepest trees shallower (same rate and tree counts).
+    that makes the deepest trees shallower (same rate and tree counts). Default: a quick pass, a share of
+    the arcs the packing grew, so the pass costs a fraction of the synthesis (the size choice runs the full
+    pass, :data:`~synth.algorithms.forest.packing.SHALLOW_ARC_BUDGET`, and a longer one on its choice).
 
 Which variant runs fastest at a message size (trees per root, slices, spread, a longer depth pass) is
 chosen by simulation in the selection layer, :mod:`synth.choose.forest`.
@@ -54,7 +56,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
-from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET
+from synth.algorithms.forest.packing import QUICK_SHALLOW_SHARE, SHALLOW_ARC_BUDGET
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
 from synth.collectives import Collective, Kind
 from synth.errors import InputError, NotApplicable
@@ -187,14 +189,16 @@ def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Frac
 def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
            max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
            spread: bool = False, min_trees_per_root: int | None = None,
-           depth_pass_arcs: int = SHALLOW_ARC_BUDGET) -> Schedule:
+           depth_pass_arcs: int | None = None) -> Schedule:
     """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
 
     The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
     reported in ``params`` together with the trees used (and, with ``max_trees_per_root``, the gap).
     ``spread`` splits each switch into many light gpu pairs rather than a few heavy ones (the same optimum,
     shallower trees: on the 32-host BiGraph the reduce-scatter trees are 15 arcs deep instead of 30).
-    ``depth_pass_arcs`` is the depth pass's budget in tree arcs (0: no pass). Which of these variants runs
+    ``depth_pass_arcs`` is the depth pass's budget in tree arcs (0: no pass); by default the pass is quick,
+    a share of the arcs the packing grew (:data:`~synth.algorithms.forest.packing.QUICK_SHALLOW_SHARE`), so it
+    costs a fraction of the rest of the synthesis. Which of these variants runs
     fastest at a message size is chosen in :mod:`synth.choose.forest` (``synth generate -O size=...``).
 
     Examples
@@ -206,10 +210,18 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     >>> s.params["optimal_algbw_GBps"], congestion(s, topo).seconds_per_byte == Fraction(3, 200 * 10**9)
     (66.666667, True)
     """
+    budget, share = _depth_pass(depth_pass_arcs)
+    return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
+                   budget, min_trees=min_trees_per_root, shallow_share=share)
+
+
+def _depth_pass(depth_pass_arcs: int | None) -> tuple[int, float | None]:
+    """The depth pass's arc budget and share of the packing's arcs for a ``depth_pass_arcs`` option."""
+    if depth_pass_arcs is None:
+        return SHALLOW_ARC_BUDGET, QUICK_SHALLOW_SHARE
     if isinstance(depth_pass_arcs, bool) or not isinstance(depth_pass_arcs, int) or depth_pass_arcs < 0:
         raise InputError("", "depth_pass_arcs", f"expected a whole number of tree arcs, got {depth_pass_arcs!r}")
-    return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
-                   depth_pass_arcs, min_trees=min_trees_per_root)
+    return depth_pass_arcs, None
 
 
 def trees_per_root(schedule: Schedule) -> int:
@@ -227,7 +239,7 @@ def trees_per_root(schedule: Schedule) -> int:
 def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
                  max_trees_per_root: int | None = None, pipelined: bool = False,
                  symmetric: bool | None = None, spread: bool = False,
-                 min_trees_per_root: int | None = None) -> TreeSchedule:
+                 min_trees_per_root: int | None = None, depth_pass_arcs: int | None = None) -> TreeSchedule:
     """The forest schedule in the compact trees form (:mod:`synth.trees`), without building its transfers.
 
     Takes :func:`forest`'s options except ``size`` (choosing for a size runs the flow model on the
@@ -242,13 +254,15 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     >>> form.num_transfers(), form.expand().transfers == forest(topo, Kind.ALLGATHER).transfers
     (336, True)
     """
+    budget, share = _depth_pass(depth_pass_arcs)
     return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None, spread,
-                         min_trees=min_trees_per_root)
+                         budget, min_trees=min_trees_per_root, shallow_share=share)
 
 
 def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
                   pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False,
-                  shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None) -> TreeSchedule:
+                  shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None,
+                  shallow_share: float | None = None) -> TreeSchedule:
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -272,7 +286,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
         plan = get_plan(topology, reverse=kind == Kind.REDUCE, root=root, max_trees=limit, max_arcs=max_arcs,
-                        spread=spread, shallow_budget=shallow_budget, min_trees=min_trees)
+                        spread=spread, shallow_budget=shallow_budget, min_trees=min_trees, shallow_share=shallow_share)
         per_copy = _check_chunks(chunks, plan.trees, "trees from the root")
         collective = Collective(kind, n, plan.trees * per_copy, root)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -286,7 +300,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         raise InputError("", "root", f"{kind} takes no root")
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric,
-                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget, min_trees=min_trees)
+                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget, min_trees=min_trees, shallow_share=shallow_share)
         per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
         collective = Collective(kind, n, n * plan.trees * per_copy, None)
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
@@ -298,7 +312,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
     gather = get_plan(topology, reverse=False, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs, spread=spread,
-                      shallow_budget=shallow_budget, min_trees=min_trees)
+                      shallow_budget=shallow_budget, min_trees=min_trees, shallow_share=shallow_share)
     if pipelined:
         if not is_symmetric(topology):
             raise NotApplicable("pipelined allreduce reduces and broadcasts over the same trees, which needs every "
@@ -306,7 +320,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         scatter = gather
     else:
         scatter = get_plan(topology, reverse=True, max_trees=limit, symmetric=symmetric, max_arcs=max_arcs,
-                           spread=spread, shallow_budget=shallow_budget, min_trees=min_trees)
+                           spread=spread, shallow_budget=shallow_budget, min_trees=min_trees, shallow_share=shallow_share)
     block = math.lcm(gather.trees, scatter.trees)
     block *= _check_chunks(chunks, n * block, "gpus x trees per root")
     collective = Collective(kind, n, n * block, None)
@@ -321,7 +335,8 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
             pipelined: bool, symmetric: bool | None, spread: bool = False,
-            shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None) -> Schedule:
+            shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None,
+            shallow_share: float | None = None) -> Schedule:
     from synth import limits
 
     n = topology.num_ranks
@@ -330,4 +345,4 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
                            hint="forest_trees builds its trees form, which has no transfers")  # before the plan
     max_arcs = int(limits.limit_value("max_transfers"))  # each tree arc is at least one transfer
     return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs,
-                         spread, shallow_budget, min_trees).expand()
+                         spread, shallow_budget, min_trees, shallow_share).expand()
