@@ -65,11 +65,13 @@ def main() -> None:
     """
     from synth.cli.common import Interrupted, one_line
     from synth.errors import SynthError
+    from synth.fileio import input_scope
 
     _prepare_streams()
     interrupted, restore = _watch_signals()
     try:
-        code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
+        with input_scope():  # no output may be a file the command read (synth.fileio)
+            code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
         if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
             raise KeyboardInterrupt
         if isinstance(code, int) and code:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import io
+import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,24 +137,33 @@ def write_results(path: str | Path, rows: Sequence[dict[str, Any]], parameters: 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock beside the output, so two sweeps never write one file; the OS drops it when
-    the process dies, even on SIGKILL. Stale temp files of killed runs are removed under the lock."""
+    the process dies, even on SIGKILL. The lock file (``.NAME.lock``) is removed at the end only when this
+    process created it; one that exists already is used as it is, never written, and left in place, and
+    anything but a regular file under that name is refused."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(str(path), "", f"folder {folder} does not exist")
     lock_path = folder / f".{path.name}.lock"
-    handle = open(lock_path, "a+b")  # noqa: SIM115  (held for the whole sweep)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd, created = os.open(lock_path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, created = os.open(lock_path, flags), False
+    except OSError as error:
+        raise InputError(str(lock_path), "", f"cannot use the sweep's lock file: {error.strerror or error}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(str(lock_path), "", "the sweep's lock file is not a regular file; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise InputError(str(path), "", "another sweep is writing this output right now") from None
-        for stale in folder.glob(f".{path.name}.*.tmp"):
-            with contextlib.suppress(OSError):
-                stale.unlink()
         yield
     finally:
-        handle.close()
-        with contextlib.suppress(OSError):
-            lock_path.unlink()
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                lock_path.unlink()
 
 

@@ -165,7 +165,10 @@ class _GpuReader:
 
 def read_text(path: str | Path, source: str) -> str:
     """The text of an XML file: at most :data:`MAX_XML_BYTES` bytes of UTF-8."""
+    from synth.fileio import note_input
+
     file = Path(path)
+    note_input(file)
     try:
         if file.stat().st_size > MAX_XML_BYTES:
             raise InputError(source, "", f"file is larger than {MAX_XML_BYTES} bytes")

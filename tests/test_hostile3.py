@@ -1,0 +1,184 @@
+"""Hostile input, round 3: each class is checked on inputs built here, through the real entry point. Every
+refusal is exit code 2 and one bounded line ``error: ...``, and no file in the folder changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, tmp_path):
+    """``cli(*args)`` runs synth in this process, in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    return lambda *args: run_cli([str(a) for a in args], capsys, monkeypatch)
+
+
+PAIR = ('{"name": "pair", "nodes": [{"id": "a", "type": "gpu"}, {"id": "b", "type": "gpu"}], '
+        '"links": [{"src": "a", "dst": "b", "bandwidth": 10}]}')
+
+
+def snapshot(folder: Path) -> dict[str, tuple]:
+    """Every entry under ``folder``: its kind, inode, link count and (for a regular file) its bytes."""
+    result = {}
+    for path in sorted(folder.rglob("*")):
+        info = path.lstat()
+        data = path.read_bytes() if stat.S_ISREG(info.st_mode) else os.readlink(path) if path.is_symlink() else b""
+        result[str(path.relative_to(folder))] = (stat.S_IFMT(info.st_mode), info.st_ino, info.st_nlink, data)
+    return result
+
+
+def refused(outcome, *expect: str) -> str:
+    """Exit code 2 and one line ``error: ...`` of bounded size that says each of ``expect``."""
+    everything = outcome.out + outcome.err
+    assert "Traceback" not in everything, everything[-3000:]
+    assert outcome.code == 2, (outcome.code, everything[-3000:])
+    lines = outcome.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), outcome.err[-3000:]
+    assert len(outcome.err) < 2000, f"{len(outcome.err)} bytes of message"
+    for text in expect:
+        assert text in lines[0], (text, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def inputs(tmp_path, cli) -> dict[str, Path]:
+    """A topology file, a schedule made on it, and a sketch, in ``tmp_path``."""
+    topology = tmp_path / "pair.json"
+    topology.write_text(PAIR)
+    schedule = tmp_path / "s.json"
+    assert cli("generate", topology, "-c", "allgather", "-o", schedule).code == 0
+    sketch = tmp_path / "sketch.json"
+    sketch.write_text('{"format": "synth.sketch/1"}')
+    return {"topology": topology, "schedule": schedule, "sketch": sketch}
+
+
+# ------------------------------------------------------------------------------ 1. unsafe writes
+def _writers(files: dict[str, Path]) -> list[tuple[list[str], str, str]]:
+    """(a command writing to ``{}``, the input it reads, the suffix its output needs)."""
+    topology, schedule, sketch = str(files["topology"]), str(files["schedule"]), str(files["sketch"])
+    return [
+        (["generate", topology, "-c", "allgather", "-o", "{}"], "topology", ".json"),
+        (["generate", "ring:n=4", "-c", "allgather", "-a", "milp", "-O", f"sketch={sketch}", "-o", "{}"], "sketch",
+         ".json"),
+        (["export", "msccl", schedule, "-o", "{}"], "schedule", ".xml"),
+        (["export", "msccl", schedule, "-o", "{}"], "topology", ".xml"),  # the topology the schedule records
+        (["draw", topology, "--no-cut", "-o", "{}"], "topology", ".png"),
+        (["draw", "pair.json", "--no-cut", "--schedule", schedule, "-o", "{}"], "schedule", ".png"),
+        (["tune", topology, "-c", "allgather", "-s", "1MiB", "--out", "{}"], "topology", ".json"),
+    ]
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink", "same"])
+def test_an_output_that_is_an_input_or_a_link_to_one_is_refused(cli, tmp_path, inputs, how):
+    for args, which, suffix in _writers(inputs):
+        victim = inputs[which]
+        target = tmp_path / f"out{suffix}"
+        if how == "symlink":
+            target.symlink_to(victim.name)
+        elif how == "hardlink":
+            os.link(victim, target)
+        else:
+            target = victim
+        before = snapshot(tmp_path)
+        line = refused(cli(*[str(target) if a == "{}" else a for a in args]))
+        expect = "symbolic link" if how == "symlink" else "input"
+        assert expect in line or (how == "same" and "expected a file name ending" in line), (args, line)
+        assert snapshot(tmp_path) == before, args
+        if target != victim:
+            target.unlink()
+
+
+def test_an_output_through_a_linked_folder_to_an_input_is_refused(cli, tmp_path, inputs):
+    (tmp_path / "alias").symlink_to(".")
+    before = snapshot(tmp_path)
+    refused(cli("generate", inputs["topology"], "-c", "allgather", "-o", "alias/pair.json"), "input")
+    refused(cli("generate", "ring:n=4", "-c", "allgather", "-a", "milp", "-O", "sketch=sketch.json", "-o",
+                "alias/sketch.json"), "input")
+    assert snapshot(tmp_path) == before
+
+
+def test_the_topology_file_a_schedule_records_is_an_input(cli, tmp_path, inputs):
+    """`export chakra` finds the topology through the schedule: a folder holding it is never replaced."""
+    folder = tmp_path / "et"
+    assert cli("export", "chakra", inputs["schedule"], "-o", folder).code == 0
+    os.replace(inputs["topology"], folder / "pair.json")
+    data = json.loads(inputs["schedule"].read_text())
+    data["topology_file"] = "et/pair.json"
+    inputs["schedule"].write_text(json.dumps(data))
+    before = snapshot(tmp_path)
+    refused(cli("export", "chakra", inputs["schedule"], "-o", folder), "input")
+    os.link(folder / "pair.json", tmp_path / "pair.json")
+    data["topology_file"] = "pair.json"
+    inputs["schedule"].write_text(json.dumps(data))
+    before = snapshot(tmp_path)
+    refused(cli("export", "chakra", inputs["schedule"], "-o", folder), "input")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "symlink"])
+def test_catalog_never_replaces_what_is_not_a_regular_file(cli, tmp_path, kind):
+    out = tmp_path / "cat"
+    assert cli("catalog", "--out", out, "-t", "ring:n=4", "-c", "allgather", "-s", "1MiB").code == 0
+    index = out / "index.json"
+    index.unlink()
+    if kind == "fifo":
+        os.mkfifo(index)
+    elif kind == "folder":
+        index.mkdir()
+    else:
+        index.symlink_to("README.md")
+    before = snapshot(tmp_path)
+    refused(cli("catalog", "--out", out, "-t", "ring:n=4", "-c", "allgather", "-s", "1MiB"), "index.json",
+            "not a regular file")
+    assert snapshot(tmp_path) == before
+
+
+def test_files_that_look_like_temporaries_are_never_touched(cli, tmp_path, inputs):
+    """Names of synth's temporaries (``.NAME.PID-XXXXXXXX.tmp``, a dead process id) and the sweep lock."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"topology": "ring", "grid": {"n": [4]}, "collectives": ["allgather"],
+                                "algorithms": ["ring"], "sizes": ["1MiB"]}))
+    decoys = {}
+    for output in ("r.parquet", "new.json", "et", "x.xml"):
+        for name in (f".{output}.999999999-0123abcd.tmp", f".{output}.1-deadbeef.tmp", f".{output}.x.tmp"):
+            decoys[name] = f"mine {name}".encode()
+    decoys[".r.parquet.lock"] = b"my notes"
+    for name, data in decoys.items():
+        (tmp_path / name).write_bytes(data)
+    assert cli("sweep", spec, "-o", "r.parquet", "--workers", "1").code == 0
+    assert cli("generate", "ring:n=4", "-c", "allgather", "-o", "new.json").code == 0
+    assert cli("export", "chakra", "new.json", "-o", "et").code == 0
+    assert cli("export", "chakra", "new.json", "-o", "et").code == 0
+    assert cli("export", "msccl", "new.json", "-o", "x.xml").code == 0
+    for name, data in decoys.items():
+        assert (tmp_path / name).read_bytes() == data, name
+    os.unlink(tmp_path / ".r.parquet.lock")
+    os.mkfifo(tmp_path / ".r.parquet.lock")
+    before = snapshot(tmp_path)
+    refused(cli("sweep", spec, "-o", "r.parquet", "--workers", "1"), "lock")
+    assert snapshot(tmp_path) == before
+
+
+def test_a_temporary_name_in_use_is_skipped(tmp_path, monkeypatch):
+    """Two names drawn alike: the second draw is used, the file already there keeps its bytes."""
+    from synth import fileio
+
+    names = iter(["0123abcd", "0123abcd", "0123abcd", "fedcba98", "0123abcd", "fedcba98", "77777777"])
+    monkeypatch.setattr(fileio.secrets, "token_hex", lambda n: next(names))
+    monkeypatch.setattr(fileio, "_link_unnamed", lambda fd, name: False)  # the named path
+    taken = tmp_path / f".out.txt.{os.getpid()}-0123abcd.tmp"
+    taken.write_text("someone's")
+    fileio.atomic_write_text(tmp_path / "out.txt", "new")
+    assert (tmp_path / "out.txt").read_text() == "new" and taken.read_text() == "someone's"
+    taken_folder = tmp_path / f".et.{os.getpid()}-0123abcd.tmp"
+    taken_folder.mkdir()
+    (taken_folder / "keep").write_text("k")
+    with fileio.atomic_directory(tmp_path / "et") as temp:
+        (temp / "a").write_text("a")
+    assert (tmp_path / "et" / "a").read_text() == "a" and (taken_folder / "keep").read_text() == "k"
