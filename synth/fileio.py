@@ -448,13 +448,14 @@ def _link_unnamed(fd: int, name: Path) -> bool:
 
 # ---------------------------------------------------------------------------------------- files
 def atomic_write_bytes(path: PathLike, data: bytes, *, option: str = "--output",
-                       inputs: Iterable[PathLike] = ()) -> None:
+                       inputs: Iterable[PathLike] = (), immediate: bool = False) -> None:
     """Write ``data`` to ``path`` atomically: check the destination, write a temporary, fsync, rename.
 
     Raises :class:`InputError` naming the path and the cause when the destination is refused or the
-    operating system fails (disk full, permission denied...); the old file is then untouched.
+    operating system fails (disk full, permission denied...); the old file is then untouched. Inside an
+    :func:`output_transaction` the file is put in place when the block ends, unless ``immediate``.
     """
-    _atomic_write(path, lambda fd: _write_all(fd, data), option, inputs)
+    _atomic_write(path, lambda fd: _write_all(fd, data), option, inputs, immediate)
 
 
 def atomic_write_parts(path: PathLike, parts: Callable[[], Iterable[str]], *, option: str = "--output",
@@ -469,50 +470,156 @@ def atomic_write_parts(path: PathLike, parts: Callable[[], Iterable[str]], *, op
     _atomic_write(path, write, option, inputs)
 
 
-def _atomic_write(path: PathLike, write: Callable[[int], None], option: str, inputs: Iterable[PathLike]) -> None:
+def _atomic_write(path: PathLike, write: Callable[[int], None], option: str, inputs: Iterable[PathLike],
+                  immediate: bool = False) -> None:
     target = check_output_file(path, option=option, inputs=inputs)
-    folder = target.parent if str(target.parent) else Path(".")
-    mode = _default_mode()
-    temp: Path | None = None
-    fd = -1
+    staged = _StagedFile(target, option, list(inputs))
     try:
-        try:
-            fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode)  # type: ignore[attr-defined,unused-ignore]  # O_TMPFILE is Linux only
-        except (AttributeError, OSError):
-            fd = -1
-        if fd >= 0:
-            write(fd)
-            os.fsync(fd)
-            with signals_held():
-                name, linked = _create_exclusive(target, lambda name: _link_unnamed(fd, name))
-                if linked:
-                    temp = name
-            if temp is None:  # linking is not allowed here: write a named temporary instead
-                os.close(fd)
-                fd = -1
-        if temp is None:
-            with signals_held():
-                temp, fd = _create_exclusive(target, lambda name: os.open(
-                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode))
-            write(fd)
-            os.fsync(fd)
-        os.fchmod(fd, mode)
-        os.close(fd)
-        fd = -1
+        staged.write(write, keep_unnamed=bool(_TRANSACTIONS) and not immediate)
+        if _TRANSACTIONS and not immediate:
+            _TRANSACTIONS[-1].append(staged)
+            return
         with signals_held():
-            os.replace(temp, target)
-            temp = None
-        _fsync_folder(folder)
+            staged.commit()
     except BaseException as error:
         with signals_held():
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            if temp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp)
+            staged.discard()
         if isinstance(error, OSError):
             raise InputError(str(target), "", f"cannot write: {_os_problem(error)}") from None
+        raise
+
+
+class _StagedFile:
+    """A complete new file for ``target``: an unnamed ``O_TMPFILE`` file (``fd``) or a named temporary."""
+
+    def __init__(self, target: Path, option: str, inputs: list[PathLike]) -> None:
+        self.target, self.option, self.inputs = target, option, inputs
+        self.folder = target.parent if str(target.parent) else Path(".")
+        self.fd = -1
+        self.temp: Path | None = None
+
+    def write(self, write: Callable[[int], None], keep_unnamed: bool) -> None:
+        """Write and fsync the new content; name it now unless ``keep_unnamed`` (and this system can)."""
+        mode = _default_mode()
+        try:
+            self.fd = os.open(self.folder, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, mode)  # type: ignore[attr-defined,unused-ignore]  # O_TMPFILE is Linux only
+        except (AttributeError, OSError):
+            self.fd = -1
+        if self.fd >= 0:
+            write(self.fd)
+            os.fchmod(self.fd, mode)
+            os.fsync(self.fd)
+            if keep_unnamed:  # named when committed
+                return
+            with signals_held():
+                name, linked = _create_exclusive(self.target, lambda name: _link_unnamed(self.fd, name))
+                if linked:
+                    self.temp = name
+                    return
+            os.close(self.fd)  # linking is not allowed here: write a named temporary instead
+            self.fd = -1
+        with signals_held():
+            self.temp, self.fd = _create_exclusive(self.target, lambda name: os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode))
+        write(self.fd)
+        os.fchmod(self.fd, mode)
+        os.fsync(self.fd)
+
+    def check(self) -> None:
+        """Check the destination again (it may have changed while the command ran)."""
+        check_output_file(self.target, option=self.option, inputs=self.inputs)
+
+    def commit(self) -> None:
+        """Rename the new file over the target (signals held by the caller)."""
+        if self.temp is None:
+            name, linked = _create_exclusive(self.target, lambda name: _link_unnamed(self.fd, name))
+            if linked:
+                self.temp = name
+            else:  # this system cannot name an unnamed file: copy it into a named temporary
+                self.temp, fd = _create_exclusive(self.target, lambda name: os.open(
+                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _default_mode()))
+                try:
+                    _copy_fd(self.fd, fd)
+                finally:
+                    os.close(fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.replace(self.temp, self.target)
+        self.temp = None
+        _fsync_folder(self.folder)
+
+    def discard(self) -> None:
+        """Remove the new file (signals held by the caller): only what this process created."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        if self.temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.temp)
+            self.temp = None
+
+
+def _copy_fd(source: int, destination: int) -> None:
+    """Copy the whole of file ``source`` into ``destination`` and fsync it."""
+    offset = 0
+    while True:
+        block = os.pread(source, 1 << 24, offset)
+        if not block:
+            break
+        _write_all(destination, block)
+        offset += len(block)
+    os.fsync(destination)
+
+
+class _StagedFolder:
+    """A complete new folder (``temp``) for ``target``, replacing it whole when committed."""
+
+    def __init__(self, temp: Path, target: Path, check: Callable[[], Any]) -> None:
+        self.temp, self.target, self.check = temp, target, check
+
+    def commit(self) -> None:
+        _commit_folder(self.temp, self.target)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+#: Open :func:`output_transaction` blocks, innermost last: the outputs each has staged.
+_TRANSACTIONS: list[list[_StagedFile | _StagedFolder]] = []
+
+
+@contextlib.contextmanager
+def output_transaction() -> Iterator[None]:
+    """All or nothing: files and folders written in the block are completed into temporaries and put in
+    place only when the block ends without an error, each checked again first; on an error or an interrupt
+    they are removed and every file is as it was. The CLI runs every command in one, so a command that
+    fails after writing one output (or half of several) changes nothing. A write with ``immediate=True``
+    (the sweep's periodic saves, which must survive an interrupt) is put in place at once."""
+    staged: list[_StagedFile | _StagedFolder] = []
+    _TRANSACTIONS.append(staged)
+    try:
+        yield
+    except BaseException:
+        _TRANSACTIONS.pop()
+        with signals_held():
+            for item in staged:
+                item.discard()
+        raise
+    _TRANSACTIONS.pop()
+    try:
+        for item in staged:
+            item.check()
+        with signals_held():
+            while staged:
+                staged[0].commit()
+                staged.pop(0)
+    except BaseException as error:
+        with signals_held():
+            for item in staged:
+                item.discard()
+        if isinstance(error, OSError):
+            raise InputError(error.filename or "", "", f"cannot write: {_os_problem(error)}") from None
         raise
 
 
@@ -569,6 +676,7 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
     ``merge=True`` (a folder that also holds the user's own files, such as the schedule catalog) the new
     files are instead renamed into ``path`` one by one, each atomically, and other files are left alone.
     """
+    inputs = list(inputs)
     if merge:
         target = check_merge_folder(path, option)
     else:
@@ -587,7 +695,14 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
         if merge and os.path.isdir(target):
             _check_merge_items(temp, target, option, inputs)
         else:  # the work may have taken minutes: the place is checked again, with every input read since
-            check_output_folder(path, option=option, inputs=inputs, signature=signature, kind=kind)
+            def check() -> Path:
+                return check_output_folder(path, option=option, inputs=inputs, signature=signature, kind=kind)
+
+            check()
+            if _TRANSACTIONS:  # put in place when the command's transaction ends
+                _TRANSACTIONS[-1].append(_StagedFolder(temp, target, check))
+                committed = True
+                return
         with signals_held():
             if merge and os.path.isdir(target):
                 for item in sorted(temp.iterdir()):

@@ -182,3 +182,49 @@ def test_a_temporary_name_in_use_is_skipped(tmp_path, monkeypatch):
     with fileio.atomic_directory(tmp_path / "et") as temp:
         (temp / "a").write_text("a")
     assert (tmp_path / "et" / "a").read_text() == "a" and (taken_folder / "keep").read_text() == "k"
+
+
+# --------------------------------------------------------------- 2. nothing written by a failed command
+def test_a_command_failing_after_its_first_output_writes_nothing(cli, tmp_path):
+    (tmp_path / "t.json").write_text("old table")
+    before = snapshot(tmp_path)
+    # the table and the picture are made, then the command fails (--json and --csv conflict)
+    refused(cli("tune", "ring:n=4", "-c", "allgather", "-s", "1MiB", "--out", "t.json", "--plot", "p.png",
+                "--json", "--csv"), "--csv")
+    assert snapshot(tmp_path) == before
+    refused(cli("export", "chakra", "nothing.json", "-o", "et"), "nothing.json")
+    assert snapshot(tmp_path) == before
+
+
+def test_an_output_transaction_is_all_or_nothing(tmp_path):
+    from synth.errors import InputError
+    from synth.fileio import atomic_directory, atomic_write_text, output_transaction
+
+    (tmp_path / "a.txt").write_text("old a")
+    with pytest.raises(RuntimeError), output_transaction():
+        atomic_write_text(tmp_path / "a.txt", "new a")
+        with atomic_directory(tmp_path / "folder") as temp:
+            (temp / "x").write_text("x")
+        atomic_write_text(tmp_path / "b.txt", "new b")
+        raise RuntimeError("the command failed after writing")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"] and (tmp_path / "a.txt").read_text() == "old a"
+    # a destination that changed while the command ran (here: made a pipe) stops every output
+    with pytest.raises(InputError, match="not a regular file"), output_transaction():
+        atomic_write_text(tmp_path / "a.txt", "new a")
+        atomic_write_text(tmp_path / "b.txt", "new b")
+        os.mkfifo(tmp_path / "b.txt")
+    assert (tmp_path / "a.txt").read_text() == "old a" and stat.S_ISFIFO((tmp_path / "b.txt").lstat().st_mode)
+    (tmp_path / "b.txt").unlink()
+    with output_transaction():
+        atomic_write_text(tmp_path / "a.txt", "new a")
+        assert (tmp_path / "a.txt").read_text() == "old a"
+    assert (tmp_path / "a.txt").read_text() == "new a" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_a_staged_file_is_copied_where_it_cannot_be_named(tmp_path, monkeypatch):
+    from synth import fileio
+
+    monkeypatch.setattr(fileio, "_link_unnamed", lambda fd, name: False)
+    with fileio.output_transaction():
+        fileio.atomic_write_text(tmp_path / "a.txt", "x" * 100_000)
+    assert (tmp_path / "a.txt").read_text() == "x" * 100_000 and len(list(tmp_path.iterdir())) == 1

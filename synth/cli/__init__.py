@@ -65,17 +65,18 @@ def main() -> None:
     """
     from synth.cli.common import Interrupted, one_line
     from synth.errors import SynthError
-    from synth.fileio import input_scope
+    from synth.fileio import input_scope, output_transaction
 
     _prepare_streams()
     interrupted, restore = _watch_signals()
     try:
-        with input_scope():  # no output may be a file the command read (synth.fileio)
+        # no output may be a file the command read, and a command that fails writes nothing (synth.fileio)
+        with input_scope(), output_transaction():
             code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
-        if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
-            raise KeyboardInterrupt
-        if isinstance(code, int) and code:
-            sys.exit(code)
+            if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
+                raise KeyboardInterrupt
+            if isinstance(code, int) and code:
+                raise typer.Exit(code)
     except SynthError as error:
         _fail(f"error: {one_line(_as_flags(error))}", 2)
     except Interrupted as kept:  # the command kept part of its work and says what

@@ -131,7 +131,7 @@ def write_results(path: str | Path, rows: Sequence[dict[str, Any]], parameters: 
 
     buffer = io.BytesIO()
     pq.write_table(results_table(rows, parameters), buffer, compression="zstd")
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, buffer.getvalue(), immediate=True)  # a sweep keeps what finished, even if stopped
 
 
 @contextlib.contextmanager
