@@ -228,3 +228,38 @@ def test_a_staged_file_is_copied_where_it_cannot_be_named(tmp_path, monkeypatch)
     with fileio.output_transaction():
         fileio.atomic_write_text(tmp_path / "a.txt", "x" * 100_000)
     assert (tmp_path / "a.txt").read_text() == "x" * 100_000 and len(list(tmp_path.iterdir())) == 1
+
+
+# ------------------------------------------------------------------------------ 3. bounded messages
+def test_messages_quoting_huge_input_stay_short(cli, tmp_path, inputs):
+    big = "g" * 5_000_000
+    topology = tmp_path / "bigid.json"
+    topology.write_text(json.dumps({"name": "pair", "nodes": [{"id": "a", "type": "gpu"}, {"id": big, "type": "gpu"}],
+                                    "links": [{"src": "a", "dst": big + "x", "bandwidth": 10}]}))
+    data = json.loads(inputs["schedule"].read_text())
+    data.update(topology="t" * 5_000_000, topology_file=None, topology_sha256=None)
+    named = tmp_path / "bigname.json"
+    named.write_text(json.dumps(data))
+    data = json.loads(inputs["schedule"].read_text())
+    data["transfers"][0]["path"] = ["a", *(f"n{i}" for i in range(100_000)), "b"]
+    path = tmp_path / "bigpath.json"
+    path.write_text(json.dumps(data))
+    before = snapshot(tmp_path)
+    line = refused(cli("show", topology), "bigid.json", "characters")
+    assert len(line) < 1200
+    refused(cli("verify", named), "bigname.json", "characters")
+    refused(cli("verify", path, "-t", inputs["topology"]), "bigpath.json")
+    refused(cli("generate", "ring:n=4", "-c", "z" * 100_000, "-o", "x.json"), "--collective")
+    refused(cli("generate", "ring:n=4", "-c", "allgather", "-O", "chunks=" + "z" * 100_000, "-o", "x.json"))
+    refused(cli("show", "ring:n=" + "7" * 100_000))
+    assert snapshot(tmp_path) == before
+
+
+def test_excerpt_and_bounded():
+    from synth.errors import InputError, SynthError, bounded, excerpt
+
+    assert excerpt("abc") == "abc" and "(1,000 characters)" in excerpt("x" * 1000)
+    assert len(excerpt("x" * 10**6)) < 240
+    assert len(str(SynthError("y" * 10**6))) < 1100 and len(bounded("y" * 10**6, 100)) < 200
+    error = InputError("s" * 10**6, "f" * 10**6, "p" * 10**6)
+    assert len(str(error)) < 1100 and "characters" in error.source

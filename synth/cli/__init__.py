@@ -150,12 +150,20 @@ def _as_flags(error: Exception) -> str:
 
 
 def _doing() -> str:
-    return " ".join(["synth", *sys.argv[1:]])
+    from synth.errors import excerpt
+
+    return " ".join(["synth", *(excerpt(arg) for arg in sys.argv[1:])])
+
+
+#: Most characters of the one line a failure prints (after escaping; see synth.errors.bounded).
+LINE_CHARS = 2000
 
 
 def _fail(message: str, code: int) -> None:
+    from synth.errors import bounded
+
     try:
-        typer.echo(message, err=True)
+        typer.echo(bounded(message, LINE_CHARS), err=True)
     except (OSError, ValueError):
         pass
     sys.exit(code)
