@@ -60,7 +60,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from synth.errors import InputError
 
@@ -558,6 +558,19 @@ class _StagedFile:
             with contextlib.suppress(OSError):
                 os.unlink(self.temp)
             self.temp = None
+
+
+def read_back(path: PathLike) -> BinaryIO:
+    """Open for reading the file this command has just written to ``path``: the staged new content while an
+    :func:`output_transaction` holds it back, else the file itself. (A command that checks its own output,
+    as ``export msccl`` reads its XML back, sees what it wrote before it is put in place.)"""
+    wanted = os.path.abspath(path)
+    for staged in reversed([item for block in _TRANSACTIONS for item in block]):
+        if isinstance(staged, _StagedFile) and os.path.abspath(staged.target) == wanted:
+            if staged.temp is not None:
+                return open(staged.temp, "rb")  # noqa: SIM115 (the caller closes it)
+            return open(f"/proc/self/fd/{staged.fd}", "rb")  # noqa: SIM115 (a new offset on the unnamed file)
+    return open(path, "rb")  # noqa: SIM115
 
 
 def _copy_fd(source: int, destination: int) -> None:
