@@ -54,6 +54,28 @@ def bounded(message: str, limit: int = MESSAGE_CHARS) -> str:
     return f"{message[:head]} [... {len(message) - limit:,} characters cut ...] {message[-tail:]}"
 
 
+def ascii_digits(text: str, source: str, field: str) -> str:
+    """``text``, where a number is expected, unless it holds a digit that is not ASCII: a superscript
+    ``'²'``, a circled ``'①'``, an Arabic-Indic ``'٣'`` or a full-width ``'３'`` (``int()`` refuses some of
+    them and silently reads others), refused with an :class:`InputError` naming ``field``.
+
+    Examples
+    --------
+    >>> ascii_digits("64", "", "chunks")
+    '64'
+    >>> try:
+    ...     ascii_digits("²", "", "chunks")
+    ... except InputError as error:
+    ...     print(error)
+    chunks: expected a number in ASCII digits 0-9, got '²' ('²' is not one)
+    """
+    for char in text:
+        if not char.isascii() and (char.isdigit() or char.isnumeric()):
+            raise InputError(source, field, f"expected a number in ASCII digits 0-9, got {excerpt(text)!r} "
+                             f"({char!r} is not one)")
+    return text
+
+
 class SynthError(Exception):
     """Base class of every error a user can cause (bad input, impossible request, limits). Its message is
     bounded (:func:`bounded`): however much input it quotes, it stays one short line."""

@@ -263,3 +263,100 @@ def test_excerpt_and_bounded():
     assert len(str(SynthError("y" * 10**6))) < 1100 and len(bounded("y" * 10**6, 100)) < 200
     error = InputError("s" * 10**6, "f" * 10**6, "p" * 10**6)
     assert len(str(error)) < 1100 and "characters" in error.source
+
+
+# ----------------------------------------------------------------------------- 4. Unicode digits
+UNICODE_DIGITS = ["²", "①", "٣", "３", "1٣", "۴"]
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS)
+def test_unicode_digits_are_refused_where_a_number_is_expected(cli, tmp_path, inputs, monkeypatch, digit):
+    from synth.export.msccl import export_msccl
+    from synth.schedule import Schedule
+
+    xml = tmp_path / "s.xml"
+    export_msccl(Schedule.from_file(inputs["schedule"]), xml)
+    bad_xml = tmp_path / "bad.xml"
+    bad_xml.write_text(xml.read_text().replace('i_chunks="1"', f'i_chunks="{digit}"', 1))
+    before = snapshot(tmp_path)
+    cases = [
+        (["generate", "ring:n=4", "-c", "allgather", "-O", f"chunks={digit}", "-o", "u.json"], "--option"),
+        (["show", f"ring:n={digit}"], "topology"),
+        (["show", f"torus:dims={digit}x4"], "topology"),
+        (["show", f"ring:n=4,bandwidth={digit}"], "topology"),
+        (["evaluate", inputs["schedule"], "-s", f"{digit}MiB"], "--size"),
+        (["evaluate", inputs["schedule"], "-s", f"1K:1M:{digit}"], "--size"),
+        (["import", "msccl", bad_xml, "-t", inputs["topology"], "-o", "u.json"], "i_chunks"),
+    ]
+    for args, field in cases:
+        refused(cli(*args), field, "ASCII digits")
+    monkeypatch.setenv("SYNTH_MAX_TRANSFERS", f"{digit}000")
+    refused(cli("generate", "ring:n=4", "-c", "allgather", "-o", "u.json"), "SYNTH_MAX_TRANSFERS", "ASCII digits")
+    monkeypatch.delenv("SYNTH_MAX_TRANSFERS")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"topology": "torus", "grid": {"dims": [f"{digit}x4"]}, "collectives": ["allgather"],
+                                "algorithms": ["ring"], "sizes": ["1MiB"]}))
+    outcome = cli("sweep", spec, "-o", "r.parquet", "--workers", "1")
+    assert "Traceback" not in outcome.out + outcome.err and outcome.code == 1  # the point failed
+    spec.unlink()
+    (tmp_path / "r.parquet").unlink(missing_ok=True)
+    assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------------- 5. numbers past a C long
+@pytest.mark.parametrize("field", ["parent", "child", "path", "chunks"])
+def test_trees_form_numbers_past_a_c_long(cli, tmp_path, field):
+    assert cli("generate", "ring:n=4", "-c", "allgather", "-a", "forest", "--compact", "-o", "t.json").code == 0
+    data = json.loads((tmp_path / "t.json").read_text())
+    if field == "chunks":
+        data["chunks"] = 10**29
+    else:
+        data["trees"]["phases"][0]["trees"][0][field][0] = 10**29
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    before = snapshot(tmp_path)
+    for args in (["verify", "t.json"], ["evaluate", "t.json", "-s", "1MiB"], ["export", "msccl", "t.json", "-o", "x.xml"]):
+        refused(cli(*args), "t.json", "over the limit" if field == "chunks" else "expected integers")
+    assert snapshot(tmp_path) == before
+
+
+# -------------------------------------------------------------------------------- 6. exit codes
+def test_a_sweep_with_failed_points_exits_1(cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"topology": "ring", "grid": {"n": [4]}, "collectives": ["allgather"],
+                                "algorithms": ["ring"], "sizes": ["1MiB"]}))
+    assert cli("sweep", spec, "-o", "ok.parquet", "--workers", "1").code == 0
+    spec.write_text(json.dumps({"topology": "ring", "grid": {"n": ["x"]}, "collectives": ["allgather"],
+                                "algorithms": ["ring"], "sizes": ["1MiB"]}))
+    outcome = cli("sweep", spec, "-o", "bad.parquet", "--workers", "1")
+    assert outcome.code == 1 and "failed" in outcome.err and "Traceback" not in outcome.err
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["generate", "ring:n=4", "-c", "allgather", "-k", "abc"], "--chunks"),
+    (["generate", "ring:n=4"], "--collective"),
+    (["no-such-command"], "No such command"),
+    (["generate"], "topology"),
+    (["generate", "ring:n=4", "-c", "allgather", "-k", "z" * 100_000], "--chunks"),
+])
+def test_usage_errors_give_the_error_line_first(cli, args, expect):
+    outcome = cli(*args)
+    assert outcome.code == 2 and "Traceback" not in outcome.err
+    lines = outcome.err.strip().splitlines()
+    assert lines[0].startswith("error: ") and expect in lines[0], outcome.err[:500]
+    assert any(line.startswith("Usage: ") for line in lines[1:]) and len(outcome.err) < 3000
+
+
+def test_run_astrasim_without_the_binary_fails_and_says_so(cli, tmp_path, inputs):
+    import subprocess
+
+    assert cli("export", "chakra", inputs["schedule"], "-o", "et").code == 0
+    script = tmp_path / "et" / "run_astrasim.sh"
+    env = {"PATH": "/usr/bin:/bin", "ASTRA_SIM": str(tmp_path / "missing-binary")}
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 127 and "was not found" in done.stderr, (done.returncode, done.stdout, done.stderr)
+    silent = tmp_path / "silent"  # a binary that runs but prints no finish line is a failure too
+    silent.write_text("#!/bin/sh\necho nothing useful\n")
+    silent.chmod(0o755)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env={**env, "ASTRA_SIM": str(silent)})
+    assert done.returncode == 1 and "no 'sys[i] finished' line" in done.stderr, (done.stdout, done.stderr)

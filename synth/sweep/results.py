@@ -137,9 +137,10 @@ def write_results(path: str | Path, rows: Sequence[dict[str, Any]], parameters: 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock beside the output, so two sweeps never write one file; the OS drops it when
-    the process dies, even on SIGKILL. The lock file (``.NAME.lock``) is removed at the end only when this
-    process created it; one that exists already is used as it is, never written, and left in place, and
-    anything but a regular file under that name is refused."""
+    the process dies, even on SIGKILL. The lock file (``.NAME.lock``, empty) is created exclusively and
+    removed at the end. One that exists already is used as it is, never written; it is removed at the end
+    only if it is empty (what a killed sweep leaves), so a file of the user's that happens to have the name
+    keeps its bytes. Anything but a regular file under that name is refused."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(str(path), "", f"folder {folder} does not exist")
@@ -152,18 +153,22 @@ def output_lock(path: Path) -> Iterator[None]:
             fd, created = os.open(lock_path, flags), False
     except OSError as error:
         raise InputError(str(lock_path), "", f"cannot use the sweep's lock file: {error.strerror or error}") from None
+    locked = False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise InputError(str(lock_path), "", "the sweep's lock file is not a regular file; remove it")
+        created = created or info.st_size == 0
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise InputError(str(path), "", "another sweep is writing this output right now") from None
+        locked = True
         yield
     finally:
+        with contextlib.suppress(OSError):
+            if locked and created and os.lstat(lock_path).st_size == 0:
+                lock_path.unlink()  # while the lock is still held
         os.close(fd)
-        if created:
-            with contextlib.suppress(OSError):
-                lock_path.unlink()
 
 
