@@ -360,3 +360,34 @@ def test_run_astrasim_without_the_binary_fails_and_says_so(cli, tmp_path, inputs
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
                           env={**env, "ASTRA_SIM": str(silent)})
     assert done.returncode == 1 and "no 'sys[i] finished' line" in done.stderr, (done.stdout, done.stderr)
+
+
+# ------------------------------------------------------------------ 7. progress and kill-and-restart
+def test_demo_says_what_it_is_doing_on_a_pipe(cli):
+    outcome = cli("demo", "--topology", "ring:n=4", "-s", "1MiB")
+    assert outcome.code == 0
+    steps = [line for line in outcome.err.splitlines() if line.startswith("demo: running ")]
+    assert steps and steps[0].endswith(f"(1/{len(steps)})") and steps[-1].endswith(f"({len(steps)}/{len(steps)})")
+
+
+def test_runs_after_a_killed_one_give_the_same_bytes(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from helpers import SYNTH
+
+    generate = [str(SYNTH), "generate", "ring:n=16", "-c", "allgather", "-k", "1600", "-o", "s.json"]
+    export = [str(SYNTH), "export", "chakra", "s.json", "-o", "et", "-s", "1MiB", "-s", "4MiB"]
+    for args in (generate, export):
+        process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.8)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+        outputs = []
+        for _ in range(2):
+            subprocess.run(args, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+            target = tmp_path / args[args.index("-o") + 1]
+            outputs.append({str(p.relative_to(target)): p.read_bytes() for p in sorted(target.rglob("*"))
+                            if p.is_file()} if target.is_dir() else target.read_bytes())
+        assert outputs[0] == outputs[1], args
