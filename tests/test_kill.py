@@ -1,6 +1,6 @@
 """Fault injection: ``generate`` and ``export chakra`` are killed (SIGTERM, SIGKILL) at many points of their write
 window. Afterwards the old output is intact or the new one complete, byte for byte; SIGTERM leaves nothing else
-behind; after a SIGKILL only a synth temporary can remain, and the next write to the same place removes it."""
+behind; after a SIGKILL only a synth temporary can remain, which the next write leaves alone (synth never removes a file it did not create in this run)."""
 
 from __future__ import annotations
 
