@@ -19,6 +19,7 @@ Examples
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -238,13 +239,38 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         for name, content in files.items():
             (temp / name).write_text(content, encoding="utf-8")
     for name in sorted(stale):
-        (out / name).unlink(missing_ok=True)
+        _remove_old_entry_file(out, name)
     return entries
+
+
+def _remove_old_entry_file(out: Path, name: str) -> None:
+    """Remove a file an earlier catalog listed and this one does not: only a plain name in ``out`` (no
+    folder part) of a regular ``.json`` or ``.xml`` file; anything else the index names is left alone."""
+    import stat
+
+    if Path(name).name != name or name.startswith(".") or not name.endswith((".json", ".xml")):
+        return
+    try:
+        if stat.S_ISREG(os.lstat(out / name).st_mode):
+            (out / name).unlink()
+    except OSError:
+        return
 
 
 def _read_index(out: Path) -> tuple[int | None, list[CatalogEntry]]:
     """The size and entries the catalog index in ``out`` records ((None, []) when there is no readable index),
-    so a rebuild can merge into it and drop the files it no longer lists."""
+    so a rebuild can merge into it and drop the files it no longer lists. An index or README that exists
+    as anything but a regular file (a pipe, a device, a folder, a symbolic link) is refused before any work."""
+    import stat
+
+    for name in (INDEX, README):
+        try:
+            mode = os.lstat(out / name).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise InputError(str(out / name), "--out", "exists and is not a regular file (a folder, device, pipe, "
+                             "socket or symbolic link); synth replaces only regular files")
     known = {f.name for f in fields(CatalogEntry)}
     try:
         data = json.loads((out / INDEX).read_text(encoding="utf-8"))

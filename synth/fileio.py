@@ -7,10 +7,17 @@ Rules (the README's reliability section lists them for users):
   that exists as the wrong kind (a folder where a file is expected, a device, a pipe, a socket, a symbolic
   link), or that is one of the command's inputs. Commands call them on their arguments at once; the writers
   call them again just before writing.
+- **Never an input.** Inputs are compared by file identity (``st_dev``, ``st_ino``, following symbolic
+  links), so the output can be neither an input nor a hard link to one. Inside :func:`input_scope` (the CLI
+  runs every command in one) every file a reader opens is recorded with :func:`note_input`, so an input the
+  command found by itself (a sketch named in an option, the topology file a schedule records) counts too.
+- **Never touch a file synth did not create.** Temporary names (``.NAME.PID-XXXXXXXX.tmp``) are created
+  exclusively (``O_EXCL``, ``mkdir``, ``link``; a name in use is never reused but skipped), and cleanup
+  removes only what this process created. A file that merely looks like a temporary is left alone.
 - **Never a partial output.** A file is written to an unnamed temporary file in the target's folder
   (``O_TMPFILE``: the kernel removes it if the process dies, even by SIGKILL), fsynced, given a name and
   renamed over the target in one step, and the folder is fsynced. Where ``O_TMPFILE`` is not available the
-  temporary file has a name (``.NAME.PID-XXXXXXXX.tmp``). The old file is never removed or truncated before
+  temporary file has a name (``.NAME.PID-XXXXXXXX.tmp``, created with ``O_EXCL``). The old file is never removed or truncated before
   the new one is complete.
 - **Folders are replaced whole.** A folder is built as a hidden sibling, fsynced, then exchanged with the old
   one in one step (``renameat2(RENAME_EXCHANGE)``; elsewhere two renames) and the old one removed, so an
@@ -18,8 +25,9 @@ Rules (the README's reliability section lists them for users):
   output of the same kind is never replaced.
 - **Interrupts.** Ctrl-C or SIGTERM (the CLI turns it into the same path) removes the temporary file or
   folder; signals are held off while cleaning up or committing, so a second signal changes nothing. After a
-  SIGKILL the old output is intact or the new one complete; a named temporary left by the killed process is
-  removed by the next write to the same folder (its process id is checked first).
+  SIGKILL the old output is intact or the new one complete; a SIGKILL in the instant between naming the
+  temporary and the rename leaves that named temporary behind (no later run removes it: it could not prove
+  it made it).
 - **Errors from the OS** become one :class:`~synth.errors.InputError` line naming the path and the cause
   (``No space left on device``, ``Permission denied``...).
 
@@ -44,7 +52,6 @@ import ctypes
 import errno
 import hashlib
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -53,7 +60,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from synth.errors import InputError
 
@@ -63,7 +70,6 @@ NAME_MAX = 255
 PATH_MAX = 4096
 
 _TEMP_SUFFIX = ".tmp"
-_TEMP_PATTERN = re.compile(r"^\.(?P<stem>.+)\.(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
 _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
 _RENAME_EXCHANGE = 2
@@ -116,16 +122,65 @@ def _check_parent(target: Path, option: str) -> Path:
     return folder
 
 
-def _same_file(target: Path, inputs: Iterable[PathLike]) -> PathLike | None:
+def _identity(path: PathLike) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of what ``path`` names, following symbolic links; None when it cannot be read."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+#: While a command runs (:func:`input_scope`): every file it has read, by (st_dev, st_ino) -> its path.
+_READ: list[dict[tuple[int, int], str]] = []
+
+
+@contextlib.contextmanager
+def input_scope() -> Iterator[None]:
+    """Remember, while the block runs, every file read through :func:`note_input`: no output written in the
+    block may be one of them (a symbolic or hard link to one included). The CLI runs each command in one."""
+    _READ.append({})
+    try:
+        yield
+    finally:
+        _READ.pop()
+
+
+def note_input(path: PathLike) -> None:
+    """Record ``path`` as an input of the running command (see :func:`input_scope`); a no-op outside one.
+
+    The readers of topologies, schedules, sketches, specs, XML and trace files call it as they open a file.
+    """
+    if not _READ:
+        return
+    identity = _identity(path)
+    if identity is not None:
+        _READ[-1].setdefault(identity, os.fspath(path))
+
+
+def inputs_read() -> list[str]:
+    """The files the running command has read so far (see :func:`input_scope`)."""
+    return list(_READ[-1].values()) if _READ else []
+
+
+def _input_identities(inputs: Iterable[PathLike | None]) -> dict[tuple[int, int], str]:
+    """Every input, named or read: (st_dev, st_ino) -> its path."""
+    known = dict(_READ[-1]) if _READ else {}
     for item in inputs:
         if item is None:
             continue
-        try:
-            if os.path.samefile(target, item):
-                return item
-        except (OSError, ValueError):
-            continue
-    return None
+        identity = _identity(item)
+        if identity is not None:
+            known.setdefault(identity, os.fspath(item))
+    return known
+
+
+def _same_file(target: Path, inputs: Iterable[PathLike | None]) -> str | None:
+    """The input that ``target`` is (the same inode: the file itself, a hard link or a symbolic link to it)."""
+    identity = _identity(target)
+    if identity is None:
+        return None
+    return _input_identities(inputs).get(identity)
 
 
 def check_output_file(path: PathLike, *, option: str = "--output", inputs: Iterable[PathLike] = (),
@@ -180,7 +235,9 @@ def _check_existing_file(target: Path, text: str, option: str, info: os.stat_res
                          "regular files")
     same = _same_file(target, inputs)
     if same is not None:
-        raise InputError(text, option, f"is the input file {os.fspath(same)}; write the output to another file")
+        how = "is the input file" if os.path.abspath(same) == os.path.abspath(target) else \
+            "is a link to (the same file as) the input file"
+        raise InputError(text, option, f"{how} {same}; write the output to another file")
 
 
 def check_output_folder(path: PathLike, *, option: str = "--output", inputs: Iterable[PathLike] = (),
@@ -211,14 +268,6 @@ def check_output_folder(path: PathLike, *, option: str = "--output", inputs: Ite
     if not stat.S_ISDIR(info.st_mode):
         raise InputError(text, option, "exists and is not a folder; name a new folder or an earlier "
                          f"{kind}")
-    for item in inputs:
-        if item is None:
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            resolved = Path(item).resolve()
-            if resolved == target.resolve() or target.resolve() in resolved.parents:
-                raise InputError(text, option, f"contains the input {os.fspath(item)}; replacing the folder would "
-                                 "delete it")
     try:
         entries = {entry.name for entry in os.scandir(target)}
     except OSError as error:
@@ -228,7 +277,30 @@ def check_output_folder(path: PathLike, *, option: str = "--output", inputs: Ite
         shown = ", ".join(sorted(marks)) or "its files"
         raise InputError(text, option, f"folder exists, is not empty and is not an earlier {kind} (no {shown}); "
                          "synth replaces an output folder whole, so name a new or empty folder")
+    _check_folder_holds_no_input(target, text, option, inputs)
     return target
+
+
+def _check_folder_holds_no_input(target: Path, text: str, option: str, inputs: Iterable[PathLike | None]) -> None:
+    """Refuse a folder to be replaced that holds an input (by path, or a hard link to one by inode)."""
+    known = _input_identities(inputs)
+    with contextlib.suppress(OSError, ValueError):
+        folder = target.resolve()
+        for path in known.values():
+            resolved = Path(path).resolve()
+            if resolved == folder or folder in resolved.parents:
+                raise InputError(text, option, f"contains the input {path}; replacing the folder would delete it")
+    seen = 0
+    for root, folders, files in os.walk(target):
+        for name in files + folders:
+            seen += 1
+            if seen > 100_000:
+                return
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(root, name))
+                if (info.st_dev, info.st_ino) in known:
+                    raise InputError(text, option, f"holds {os.path.join(root, name)}, the same file as the input "
+                                     f"{known[(info.st_dev, info.st_ino)]}; replacing the folder would delete it")
 
 
 # ------------------------------------------------------------------------------------- signals
@@ -303,51 +375,21 @@ def _temp_name(target: Path) -> Path:
     return target.with_name(name)
 
 
-def _temp_stem(target: Path) -> tuple[str, str]:
-    hashed = "synth-" + hashlib.sha256(os.fsencode(target.name)).hexdigest()[:16]
-    return target.name, hashed
+#: Tries at a fresh temporary name before giving up (a clash needs 32 random bits to repeat).
+_NAME_TRIES = 16
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-def remove_stale_temporaries(target: PathLike) -> list[Path]:
-    """Remove temporaries that a killed synth process left beside ``target``; returns what was removed.
-
-    Only names synth makes for this target (``.NAME.PID-XXXXXXXX.tmp``) whose process is gone are removed.
-    """
-    path = Path(target)
-    folder = path.parent if str(path.parent) else Path(".")
-    stems = _temp_stem(path)
-    removed: list[Path] = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    for name in names:
-        match = _TEMP_PATTERN.match(name)
-        if not match or match.group("stem") not in stems or _alive(int(match.group("pid"))):
+def _create_exclusive(target: Path, create: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """Create a new temporary beside ``target`` with ``create(name)``, which must fail with
+    :class:`FileExistsError` when ``name`` exists (``O_EXCL``, ``mkdir``, ``link``): an existing file is never
+    reused or replaced, whatever its name. Returns the name and what ``create`` returned."""
+    for _ in range(_NAME_TRIES):
+        name = _temp_name(target)
+        try:
+            return name, create(name)
+        except FileExistsError:
             continue
-        stale = folder / name
-        with signals_held():
-            try:
-                if stale.is_dir() and not stale.is_symlink():
-                    shutil.rmtree(stale, ignore_errors=True)
-                else:
-                    stale.unlink()
-                removed.append(stale)
-            except OSError:
-                pass
-    return removed
+    raise OSError(errno.EEXIST, "cannot find an unused temporary name", str(target))
 
 
 def _default_mode() -> int:
@@ -387,27 +429,33 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def _link_unnamed(fd: int, name: Path) -> bool:
-    """Give the ``O_TMPFILE`` file ``fd`` the name ``name``; False when this system cannot."""
+    """Give the ``O_TMPFILE`` file ``fd`` the name ``name``; False when this system cannot. Raises
+    :class:`FileExistsError` when ``name`` exists (it is left alone)."""
     libc = _libc()
     if libc is not None and hasattr(libc, "linkat"):
         if libc.linkat(fd, b"", _AT_FDCWD, os.fsencode(name), _AT_EMPTY_PATH) == 0:
             return True
+        if ctypes.get_errno() == errno.EEXIST:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(name))
     try:
         os.link(f"/proc/self/fd/{fd}", name, follow_symlinks=True)
         return True
+    except FileExistsError:
+        raise
     except OSError:
         return False
 
 
 # ---------------------------------------------------------------------------------------- files
 def atomic_write_bytes(path: PathLike, data: bytes, *, option: str = "--output",
-                       inputs: Iterable[PathLike] = ()) -> None:
+                       inputs: Iterable[PathLike] = (), immediate: bool = False) -> None:
     """Write ``data`` to ``path`` atomically: check the destination, write a temporary, fsync, rename.
 
     Raises :class:`InputError` naming the path and the cause when the destination is refused or the
-    operating system fails (disk full, permission denied...); the old file is then untouched.
+    operating system fails (disk full, permission denied...); the old file is then untouched. Inside an
+    :func:`output_transaction` the file is put in place when the block ends, unless ``immediate``.
     """
-    _atomic_write(path, lambda fd: _write_all(fd, data), option, inputs)
+    _atomic_write(path, lambda fd: _write_all(fd, data), option, inputs, immediate)
 
 
 def atomic_write_parts(path: PathLike, parts: Callable[[], Iterable[str]], *, option: str = "--output",
@@ -422,52 +470,169 @@ def atomic_write_parts(path: PathLike, parts: Callable[[], Iterable[str]], *, op
     _atomic_write(path, write, option, inputs)
 
 
-def _atomic_write(path: PathLike, write: Callable[[int], None], option: str, inputs: Iterable[PathLike]) -> None:
+def _atomic_write(path: PathLike, write: Callable[[int], None], option: str, inputs: Iterable[PathLike],
+                  immediate: bool = False) -> None:
     target = check_output_file(path, option=option, inputs=inputs)
-    folder = target.parent if str(target.parent) else Path(".")
-    remove_stale_temporaries(target)
-    mode = _default_mode()
-    temp: Path | None = None
-    fd = -1
+    staged = _StagedFile(target, option, list(inputs))
     try:
-        try:
-            fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode)  # type: ignore[attr-defined,unused-ignore]  # O_TMPFILE is Linux only
-        except (AttributeError, OSError):
-            fd = -1
-        if fd >= 0:
-            write(fd)
-            os.fsync(fd)
-            name = _temp_name(target)
-            with signals_held():
-                if _link_unnamed(fd, name):
-                    temp = name
-            if temp is None:  # linking is not allowed here: write a named temporary instead
-                os.close(fd)
-                fd = -1
-        if temp is None:
-            name = _temp_name(target)
-            with signals_held():
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-                temp = name
-            write(fd)
-            os.fsync(fd)
-        os.fchmod(fd, mode)
-        os.close(fd)
-        fd = -1
+        staged.write(write, keep_unnamed=bool(_TRANSACTIONS) and not immediate)
+        if _TRANSACTIONS and not immediate:
+            _TRANSACTIONS[-1].append(staged)
+            return
         with signals_held():
-            os.replace(temp, target)
-            temp = None
-        _fsync_folder(folder)
+            staged.commit()
     except BaseException as error:
         with signals_held():
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            if temp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp)
+            staged.discard()
         if isinstance(error, OSError):
             raise InputError(str(target), "", f"cannot write: {_os_problem(error)}") from None
+        raise
+
+
+class _StagedFile:
+    """A complete new file for ``target``: an unnamed ``O_TMPFILE`` file (``fd``) or a named temporary."""
+
+    def __init__(self, target: Path, option: str, inputs: list[PathLike]) -> None:
+        self.target, self.option, self.inputs = target, option, inputs
+        self.folder = target.parent if str(target.parent) else Path(".")
+        self.fd = -1
+        self.temp: Path | None = None
+
+    def write(self, write: Callable[[int], None], keep_unnamed: bool) -> None:
+        """Write and fsync the new content; name it now unless ``keep_unnamed`` (and this system can)."""
+        mode = _default_mode()
+        try:
+            self.fd = os.open(self.folder, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, mode)  # type: ignore[attr-defined,unused-ignore]  # O_TMPFILE is Linux only
+        except (AttributeError, OSError):
+            self.fd = -1
+        if self.fd >= 0:
+            write(self.fd)
+            os.fchmod(self.fd, mode)
+            os.fsync(self.fd)
+            if keep_unnamed:  # named when committed
+                return
+            with signals_held():
+                name, linked = _create_exclusive(self.target, lambda name: _link_unnamed(self.fd, name))
+                if linked:
+                    self.temp = name
+                    return
+            os.close(self.fd)  # linking is not allowed here: write a named temporary instead
+            self.fd = -1
+        with signals_held():
+            self.temp, self.fd = _create_exclusive(self.target, lambda name: os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode))
+        write(self.fd)
+        os.fchmod(self.fd, mode)
+        os.fsync(self.fd)
+
+    def check(self) -> None:
+        """Check the destination again (it may have changed while the command ran)."""
+        check_output_file(self.target, option=self.option, inputs=self.inputs)
+
+    def commit(self) -> None:
+        """Rename the new file over the target (signals held by the caller)."""
+        if self.temp is None:
+            name, linked = _create_exclusive(self.target, lambda name: _link_unnamed(self.fd, name))
+            if linked:
+                self.temp = name
+            else:  # this system cannot name an unnamed file: copy it into a named temporary
+                self.temp, fd = _create_exclusive(self.target, lambda name: os.open(
+                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _default_mode()))
+                try:
+                    _copy_fd(self.fd, fd)
+                finally:
+                    os.close(fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.replace(self.temp, self.target)
+        self.temp = None
+        _fsync_folder(self.folder)
+
+    def discard(self) -> None:
+        """Remove the new file (signals held by the caller): only what this process created."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        if self.temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.temp)
+            self.temp = None
+
+
+def read_back(path: PathLike) -> BinaryIO:
+    """Open for reading the file this command has just written to ``path``: the staged new content while an
+    :func:`output_transaction` holds it back, else the file itself. (A command that checks its own output,
+    as ``export msccl`` reads its XML back, sees what it wrote before it is put in place.)"""
+    wanted = os.path.abspath(path)
+    for staged in reversed([item for block in _TRANSACTIONS for item in block]):
+        if isinstance(staged, _StagedFile) and os.path.abspath(staged.target) == wanted:
+            if staged.temp is not None:
+                return open(staged.temp, "rb")  # noqa: SIM115 (the caller closes it)
+            return open(f"/proc/self/fd/{staged.fd}", "rb")  # noqa: SIM115 (a new offset on the unnamed file)
+    return open(path, "rb")  # noqa: SIM115
+
+
+def _copy_fd(source: int, destination: int) -> None:
+    """Copy the whole of file ``source`` into ``destination`` and fsync it."""
+    offset = 0
+    while True:
+        block = os.pread(source, 1 << 24, offset)
+        if not block:
+            break
+        _write_all(destination, block)
+        offset += len(block)
+    os.fsync(destination)
+
+
+class _StagedFolder:
+    """A complete new folder (``temp``) for ``target``, replacing it whole when committed."""
+
+    def __init__(self, temp: Path, target: Path, check: Callable[[], Any]) -> None:
+        self.temp, self.target, self.check = temp, target, check
+
+    def commit(self) -> None:
+        _commit_folder(self.temp, self.target)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+#: Open :func:`output_transaction` blocks, innermost last: the outputs each has staged.
+_TRANSACTIONS: list[list[_StagedFile | _StagedFolder]] = []
+
+
+@contextlib.contextmanager
+def output_transaction() -> Iterator[None]:
+    """All or nothing: files and folders written in the block are completed into temporaries and put in
+    place only when the block ends without an error, each checked again first; on an error or an interrupt
+    they are removed and every file is as it was. The CLI runs every command in one, so a command that
+    fails after writing one output (or half of several) changes nothing. A write with ``immediate=True``
+    (the sweep's periodic saves, which must survive an interrupt) is put in place at once."""
+    staged: list[_StagedFile | _StagedFolder] = []
+    _TRANSACTIONS.append(staged)
+    try:
+        yield
+    except BaseException:
+        _TRANSACTIONS.pop()
+        with signals_held():
+            for item in staged:
+                item.discard()
+        raise
+    _TRANSACTIONS.pop()
+    try:
+        for item in staged:
+            item.check()
+        with signals_held():
+            while staged:
+                staged[0].commit()
+                staged.pop(0)
+    except BaseException as error:
+        with signals_held():
+            for item in staged:
+                item.discard()
+        if isinstance(error, OSError):
+            raise InputError(error.filename or "", "", f"cannot write: {_os_problem(error)}") from None
         raise
 
 
@@ -524,23 +689,33 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
     ``merge=True`` (a folder that also holds the user's own files, such as the schedule catalog) the new
     files are instead renamed into ``path`` one by one, each atomically, and other files are left alone.
     """
+    inputs = list(inputs)
     if merge:
         target = check_merge_folder(path, option)
     else:
         target = check_output_folder(path, option=option, inputs=inputs, signature=signature, kind=kind)
-    remove_stale_temporaries(target)
-    temp = _temp_name(target)
-    created = committed = False
+    temp: Path | None = None
+    committed = False
     try:
         with signals_held():  # a signal held here is raised as the block ends, inside the try: cleaned up
             try:
-                os.mkdir(temp, 0o700)
+                temp, _ = _create_exclusive(target, lambda name: os.mkdir(name, 0o700))
             except OSError as error:
                 raise InputError(str(target), "", f"cannot create a folder here: {_os_problem(error)}") from None
-            created = True
         yield temp
         _fsync_tree(temp, _default_mode())
         os.chmod(temp, 0o777 & ~_umask())
+        if merge and os.path.isdir(target):
+            _check_merge_items(temp, target, option, inputs)
+        else:  # the work may have taken minutes: the place is checked again, with every input read since
+            def check() -> Path:
+                return check_output_folder(path, option=option, inputs=inputs, signature=signature, kind=kind)
+
+            check()
+            if _TRANSACTIONS:  # put in place when the command's transaction ends
+                _TRANSACTIONS[-1].append(_StagedFolder(temp, target, check))
+                committed = True
+                return
         with signals_held():
             if merge and os.path.isdir(target):
                 for item in sorted(temp.iterdir()):
@@ -551,12 +726,30 @@ def atomic_directory(path: PathLike, *, option: str = "--output", inputs: Iterab
                 _commit_folder(temp, target)
             committed = True
     except BaseException as error:
-        if created and not committed:
+        if temp is not None and not committed:
             with signals_held():
                 shutil.rmtree(temp, ignore_errors=True)
         if isinstance(error, OSError):
             raise InputError(str(target), "", f"cannot write: {_os_problem(error)}") from None
         raise
+
+
+def _check_merge_items(temp: Path, target: Path, option: str, inputs: Iterable[PathLike]) -> None:
+    """Refuse, before any file is merged, a name in ``target`` that exists as anything but a regular file
+    (a folder, device, pipe, socket or symbolic link) or that is an input."""
+    known = _input_identities(inputs)
+    for item in sorted(temp.iterdir()):
+        destination = target / item.name
+        try:
+            info = os.lstat(destination)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(str(destination), option, "exists and is not a regular file (a folder, device, pipe, "
+                             "socket or symbolic link); synth replaces only regular files")
+        if (info.st_dev, info.st_ino) in known:
+            raise InputError(str(destination), option, f"is the same file as the input {known[(info.st_dev, info.st_ino)]}; "
+                             "write the output to another folder")
 
 
 def check_merge_folder(path: PathLike, option: str = "--output") -> Path:
@@ -583,15 +776,17 @@ def _commit_folder(temp: Path, target: Path) -> None:
         _fsync_folder(parent)
         shutil.rmtree(temp, ignore_errors=True)
         return
-    old = _temp_name(target)
+    holder, _ = _create_exclusive(target, lambda name: os.mkdir(name, 0o700))  # a new, empty folder of ours
+    old = holder / "old"
     os.rename(target, old)
     try:
         os.rename(temp, target)
     except OSError:
         os.rename(old, target)
+        os.rmdir(holder)
         raise
     _fsync_folder(parent)
-    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(holder, ignore_errors=True)
 
 
 def describe_os_error(error: OSError, path: PathLike | None = None) -> str:

@@ -55,7 +55,7 @@ import os
 from dataclasses import dataclass
 
 from synth.collectives import Kind
-from synth.errors import InputError, LimitError
+from synth.errors import InputError, LimitError, ascii_digits
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Limit:
             return self.default
         if len(text) > 40:
             raise InputError(self.env, "", f"expected a number, got a text of {len(text)} characters")
+        ascii_digits(text, self.env, "")
         try:
             number = float(text.strip().replace("_", "").replace(",", ""))
         except ValueError:

@@ -795,6 +795,9 @@ def read_document(path: str | Path, max_bytes: int | None = None) -> Any:
         variable = "SYNTH_MAX_YAML_BYTES; use JSON for larger files" if yaml_file and size <= (
             max_bytes or limits.limit_value("max_input_bytes")) else "SYNTH_MAX_INPUT_BYTES"
         raise InputError(source, "", f"file is {size} bytes, more than the limit of {limit} ({variable})")
+    from synth.fileio import note_input
+
+    note_input(path)  # an output may never be this file (synth.fileio.input_scope)
     try:
         with path.open("rb") as handle:
             raw = handle.read(limit + 1)

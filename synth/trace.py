@@ -733,7 +733,10 @@ def decode_et_bytes(data: bytes, source: str = "") -> EtFile:
 
 def decode_et_file(path: str | Path) -> EtFile:
     """Read and decode one ``.et`` file (size-checked)."""
+    from synth.fileio import note_input
+
     path = Path(path)
+    note_input(path)
     try:
         size = path.stat().st_size
         if size > MAX_ET_BYTES:

@@ -53,7 +53,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from synth.collectives import Collective, Kind
-from synth.errors import InputError
+from synth.errors import InputError, excerpt
 from synth.schedule import (
     COPY,
     FORMAT,
@@ -225,6 +225,11 @@ class TreeSchedule:
             raise InputError(source, "transfers", "a schedule has either 'transfers' or 'trees', not both")
         head = read_header(data, "trees", source)
         collective, ranks = head.collective, head.ranks
+        from synth import limits
+
+        # the verifier and the expansion keep state per chunk id: refused before any is made
+        limits.check_transfers(collective.num_chunk_ids, f"the {collective.num_chunk_ids:,} chunk ids of "
+                               f"{source or 'the input'}", hint="every chunk id moves at least once")
         body = data["trees"]
         if not isinstance(body, dict):
             raise InputError(source, "trees", "expected an object with 'paths' and 'phases'")
@@ -236,8 +241,6 @@ class TreeSchedule:
                        for index, item in enumerate(raw_phases))
         form = cls(collective, head.topology, ranks, head.algorithm, head.params, paths, phases, head.topology_file,
                    head.topology_sha256)
-        from synth import limits
-
         limits.check("max_tree_arcs", sum(tree.arcs for _, tree in form.trees()), f"the trees in {source or 'the input'}")
         return form
 
@@ -263,11 +266,10 @@ def _paths(raw: Any, source: str) -> tuple[tuple[str, ...], ...]:
 def _int_array(raw: Any, where: str, upper: int, source: str) -> np.ndarray:
     if not isinstance(raw, list) or not all(_is_int(v) for v in raw):
         raise InputError(source, where, "expected a list of integers")
-    values = np.asarray(raw, dtype=np.int64)
-    if values.size and (values.min() < 0 or values.max() >= upper):
-        bad = int(values[(values < 0) | (values >= upper)][0])
-        raise InputError(source, where, f"expected integers in 0..{upper - 1}, got {bad}")
-    return values.astype(np.int32)
+    bad = next((v for v in raw if not 0 <= v < upper), None)  # checked before numpy: 10**29 is no C long
+    if bad is not None:
+        raise InputError(source, where, f"expected integers in 0..{upper - 1}, got {excerpt(bad)}")
+    return np.asarray(raw, dtype=np.int64).astype(np.int32)
 
 
 def _phase(raw: Any, where: str, num_ranks: int, num_chunks: int, num_paths: int, source: str) -> TreePhase:

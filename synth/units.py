@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from synth.errors import InputError
+from synth.errors import InputError, ascii_digits
 
 _UNITS: dict[str, int] = {
     "": 1, "B": 1,
@@ -53,6 +53,7 @@ def parse_size(text: str | int, field: str = "size") -> int:
     raw = str(text)
     if len(raw) > MAX_SIZE_TEXT:
         raise InputError("", field, f"expected a size such as 1GiB, 64KB or 1024, got a text of {len(raw)} characters")
+    ascii_digits(raw, "", field)
     match = _SIZE.match(raw)
     if not match or match.group(2).upper() not in _UNITS:
         raise InputError("", field, f"expected a size such as 1GiB, 64KB or 1024, got {text!r}")
@@ -101,7 +102,7 @@ def parse_sizes(text: str | int, field: str = "size") -> list[int]:
         raise InputError("", field, f"expected a size or a range {RANGE_HELP}, got {text!r}")
     low = parse_size(parts[0], field)
     high = parse_size(parts[1], field)
-    factor_text = parts[2].strip() if len(parts) == 3 else "2"
+    factor_text = ascii_digits(parts[2].strip() if len(parts) == 3 else "2", "", field)
     if not factor_text.isdigit() or len(factor_text) > 4 or not 2 <= int(factor_text) <= 1024:
         raise InputError("", field, f"expected a whole factor from 2 to 1024 after the second ':' in {text!r}, "
                          f"got {factor_text!r} ({RANGE_HELP})")

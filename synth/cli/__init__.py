@@ -65,15 +65,18 @@ def main() -> None:
     """
     from synth.cli.common import Interrupted, one_line
     from synth.errors import SynthError
+    from synth.fileio import input_scope, output_transaction
 
     _prepare_streams()
     interrupted, restore = _watch_signals()
     try:
-        code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
-        if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
-            raise KeyboardInterrupt
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        # no output may be a file the command read, and a command that fails writes nothing (synth.fileio)
+        with input_scope(), output_transaction():
+            code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
+            if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
+                raise KeyboardInterrupt
+            if isinstance(code, int) and code:
+                raise typer.Exit(code)
     except SynthError as error:
         _fail(f"error: {one_line(_as_flags(error))}", 2)
     except Interrupted as kept:  # the command kept part of its work and says what
@@ -89,6 +92,8 @@ def main() -> None:
         sys.exit(1)
     except RecursionError:
         _fail("error: the input is nested too deeply to process", 2)
+    except OverflowError:  # a number past a float or a C long that no check at the boundary caught
+        _fail("error: a number in the input is too large to compute with (past a float or a 64-bit integer)", 2)
     except MemoryError:
         _fail("error: out of memory; use a smaller input, or lower the limits in synth.limits", 2)
     except OSError as error:  # an operating-system failure outside the output layer: one line, the path and cause
@@ -99,14 +104,36 @@ def main() -> None:
 
         # typer >= 0.20 raises its own vendored copy of click's exceptions (typer._click), not click's
         if isinstance(error, click.ClickException) or type(error).__module__.startswith("typer._click"):
-            try:
-                error.show()  # type: ignore[attr-defined]
-            except (OSError, ValueError):
-                pass
-            sys.exit(2 if getattr(error, "exit_code", 1) == 2 else 1)
+            _usage_error(error)
         raise
     finally:
         restore()
+
+
+def _usage_error(error: Any) -> None:
+    """A click usage error as the other errors are: one line ``error: ...`` first (bounded), then the
+    usage and where to find help; exit code 2 (1 for a click error that is not about usage)."""
+    from synth.cli.common import one_line
+    from synth.errors import bounded
+
+    code = 2 if getattr(error, "exit_code", 1) == 2 else 1
+    try:
+        message = error.format_message()
+    except Exception:  # a message is never lost to the formatting
+        message = str(error)
+    lines = [f"error: {one_line(bounded(message))}"]
+    context = getattr(error, "ctx", None)
+    if context is not None and code == 2:
+        try:
+            lines.append(one_line(bounded(context.get_usage(), LINE_CHARS)))
+            lines.append(f"Try '{one_line(context.command_path)} {context.help_option_names[0]}' for help.")
+        except Exception:
+            pass
+    try:
+        typer.echo("\n".join(lines), err=True)
+    except (OSError, ValueError):
+        pass
+    sys.exit(code)
 
 
 def _option_flags() -> dict[str, str]:
@@ -147,12 +174,20 @@ def _as_flags(error: Exception) -> str:
 
 
 def _doing() -> str:
-    return " ".join(["synth", *sys.argv[1:]])
+    from synth.errors import excerpt
+
+    return " ".join(["synth", *(excerpt(arg) for arg in sys.argv[1:])])
+
+
+#: Most characters of the one line a failure prints (after escaping; see synth.errors.bounded).
+LINE_CHARS = 2000
 
 
 def _fail(message: str, code: int) -> None:
+    from synth.errors import bounded
+
     try:
-        typer.echo(message, err=True)
+        typer.echo(bounded(message, LINE_CHARS), err=True)
     except (OSError, ValueError):
         pass
     sys.exit(code)

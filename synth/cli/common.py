@@ -382,6 +382,9 @@ def parse_options(items: list[str] | None) -> dict[str, Any]:
 
 
 def _typed(value: str) -> Any:
+    from synth.errors import ascii_digits
+
+    ascii_digits(value, "", "--option")
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
     if "," in value:

@@ -12,8 +12,11 @@ from synth.cli.common import (
     SIZE_HELP,
     check_bound_work,
     console,
+    err_console,
     fmt_time,
+    note,
     print_json,
+    shown,
     sizes_argument,
     table,
 )
@@ -39,7 +42,7 @@ def demo(
     """Run every available algorithm for allgather, reduce-scatter, allreduce and alltoall on a 2-box
     DGX A100, verify each schedule, and print time, algbw, busbw, the congestion bound and the speedup
     over nccl (what NCCL would run at that size) per size."""
-    from synth.compare import baseline_description, baselines, run_all, speedup
+    from synth.compare import baseline_description, baselines, planned, run_all, speedup
     from synth.library import load_topology
 
     try:
@@ -53,11 +56,18 @@ def demo(
     limits.check_ranks(topo.num_ranks, f"a topology of {topo.num_ranks} gpus", hint="use a smaller topology")
     check_bound_work(topo, "demo (the bounds and the tree packing)")
     sizes = sizes_argument(size, ["1MiB", "64MiB", "1GiB"])
+    total = len(planned(DEMO_KINDS))
+    done = [0]
     with console.status("synthesizing and verifying...") as status:
+        def progress(what: str) -> None:
+            done[0] += 1
+            status.update(f"running {what} ({done[0]}/{total})")
+            if not err_console.is_terminal:  # no spinner on a pipe or a file: one line per step instead
+                note(f"demo: running {shown(what)} ({done[0]}/{total})")
+
         # an algorithm that refuses (a solver model over its limit at some size, say) is listed as skipped with
         # its reason below instead of ending the demo
-        rows, skipped, _ = run_all(topo, DEMO_KINDS, sizes, keep_going=True,
-                                   progress=lambda what: status.update(f"running {what}"))
+        rows, skipped, _ = run_all(topo, DEMO_KINDS, sizes, keep_going=True, progress=progress)
     base = baselines(rows)
     names = sorted({row.algorithm for row in base.values()})
     if as_json:

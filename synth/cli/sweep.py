@@ -62,7 +62,8 @@ def sweep(
     as_csv: bool = CSV_OPTION,
 ) -> None:
     """Synthesize, verify and evaluate every point of a design-space grid in parallel (Dask), one row per
-    point and size in a Parquet file; resumable, flushed every few seconds."""
+    point and size in a Parquet file; resumable, flushed every few seconds. Exit code 0 when every point run
+    is ok or not applicable, 1 when any failed (its error is in the 'error' column), 2 for a bad spec."""
     from synth.sweep import load_spec, run_sweep
 
     output_file(output, inputs=[spec])
@@ -95,6 +96,8 @@ def sweep(
         raise Interrupted(f"the {finished[0]} point(s) finished in this run are saved in {output} (with any rows "
                           "it held before); run the same command again to resume") from None
     _report(summary, as_json)
+    if summary.failed:  # the rows are saved (errors in the 'error' column); the exit code says some failed
+        raise typer.Exit(1)
 
 
 def _report(summary: SweepSummary, as_json: bool) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from synth.errors import InputError
+from synth.errors import InputError, ascii_digits
 
 #: Longest library spec accepted (the longest real one is under 100 characters).
 MAX_SPEC_LENGTH = 255
@@ -20,6 +20,7 @@ def _parse_scalar(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
+    ascii_digits(text, "", "topology")
     if sum(ch.isdigit() for ch in text) > 30:
         raise InputError("", "topology", f"the value {text[:20]}... has more than 30 digits")
     for cast in (int, float):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import io
+import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -129,30 +131,44 @@ def write_results(path: str | Path, rows: Sequence[dict[str, Any]], parameters: 
 
     buffer = io.BytesIO()
     pq.write_table(results_table(rows, parameters), buffer, compression="zstd")
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, buffer.getvalue(), immediate=True)  # a sweep keeps what finished, even if stopped
 
 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock beside the output, so two sweeps never write one file; the OS drops it when
-    the process dies, even on SIGKILL. Stale temp files of killed runs are removed under the lock."""
+    the process dies, even on SIGKILL. The lock file (``.NAME.lock``, empty) is created exclusively and
+    removed at the end. One that exists already is used as it is, never written; it is removed at the end
+    only if it is empty (what a killed sweep leaves), so a file of the user's that happens to have the name
+    keeps its bytes. Anything but a regular file under that name is refused."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(str(path), "", f"folder {folder} does not exist")
     lock_path = folder / f".{path.name}.lock"
-    handle = open(lock_path, "a+b")  # noqa: SIM115  (held for the whole sweep)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd, created = os.open(lock_path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, created = os.open(lock_path, flags), False
+    except OSError as error:
+        raise InputError(str(lock_path), "", f"cannot use the sweep's lock file: {error.strerror or error}") from None
+    locked = False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(str(lock_path), "", "the sweep's lock file is not a regular file; remove it")
+        created = created or info.st_size == 0
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise InputError(str(path), "", "another sweep is writing this output right now") from None
-        for stale in folder.glob(f".{path.name}.*.tmp"):
-            with contextlib.suppress(OSError):
-                stale.unlink()
+        locked = True
         yield
     finally:
-        handle.close()
         with contextlib.suppress(OSError):
-            lock_path.unlink()
+            if locked and created and os.lstat(lock_path).st_size == 0:
+                lock_path.unlink()  # while the lock is still held
+        os.close(fd)
 
 

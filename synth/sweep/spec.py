@@ -267,7 +267,7 @@ def _check_model(model: str, source: str) -> None:
 def _scalar(value: Any, source: str, where: str) -> Any:
     if isinstance(value, str):
         parts = value.lower().split("x")
-        if len(parts) > 1 and all(part.isdigit() for part in parts):  # "4x4", as in name:dims=4x4 specs
+        if len(parts) > 1 and all(part.isascii() and part.isdigit() for part in parts):  # "4x4", as in name:dims=4x4 specs
             return tuple(int(part) for part in parts)
         return value
     if isinstance(value, bool):

@@ -225,9 +225,13 @@ RUN_FUNCTION = r"""run() {  # folder, size, predicted finish per rank, where the
   out=$(cd "$1" && "$BIN" --workload-configuration=WORKLOAD --system-configuration=system.json \
         --network-configuration="$4NETWORK" --remote-memory-configuration="$4remote_memory.json" 2>&1) || true
   printf '%s\n' "$out" | grep -E 'finished,|rror|ssert' || true
-  [ -n "$3" ] || return 0
   got=$(printf '%s\n' "$out" | sed -n 's/.*sys\[\([0-9]*\)\] finished, \([0-9]*\) cycles.*/\1 \2/p' \
         | sort -n | cut -d' ' -f2 | tr '\n' ' ')
+  if [ -z "$got" ]; then
+    echo "$2: ASTRA-sim printed no 'sys[i] finished' line; its output ends:" >&2
+    printf '%s\n' "$out" | tail -n 5 >&2; status=1; return 0
+  fi
+  [ -n "$3" ] || return 0
   if [ "$got" = "$3 " ]; then echo "$2: every rank finished when synth predicted"
   else echo "$2: ASTRA-sim reported [${got% }], synth predicted [$3]"; status=1; fi
 }"""
@@ -237,7 +241,8 @@ def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up:
     """``run_astrasim.sh`` and the command line it runs (for the first set).
 
     The script runs every set, prints ASTRA-sim's ``sys[i] finished`` lines and says whether every rank
-    finished when synth's ``astra`` model predicts; it exits 1 when one did not. ``up`` prefixes the
+    finished when synth's ``astra`` model predicts; it exits 1 when one did not or when ASTRA-sim printed no
+    finish line, and 127 (saying so) when the binary is not found. ``up`` prefixes the
     shared configuration files (``../`` for a size's own script inside a folder of several sizes).
     """
     binary = BINARY_UNAWARE if system is not None and not system.congestion_aware else BINARY_AWARE
@@ -248,10 +253,14 @@ def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up:
         "# ASTRA_SIM: the simulator binary (built by astra-sim's build/astra_analytical/build.sh as",
         f"#   build/astra_analytical/build/bin/{binary}); default: {binary} on PATH.",
         "# Every rank prints 'sys[i] finished, T cycles' (1 cycle = 1 ns); this script compares them with",
-        "# synth's prediction and exits 1 when they differ.",
+        "# synth's prediction and exits 1 when they differ or none is printed, 127 without the binary.",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
         f'BIN="${{ASTRA_SIM:-{binary}}}"',
+        'if ! command -v "$BIN" >/dev/null 2>&1; then',
+        '  echo "run_astrasim.sh: the ASTRA-sim binary \'$BIN\' was not found: set ASTRA_SIM to its path or put it on PATH" >&2',
+        "  exit 127",
+        "fi",
         "status=0",
         RUN_FUNCTION.replace("WORKLOAD", WORKLOAD_PREFIX).replace("NETWORK", network),
     ]

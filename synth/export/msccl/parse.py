@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from synth.errors import InputError
+from synth.errors import InputError, ascii_digits
 
 #: Largest accepted XML file, in bytes.
 MAX_XML_BYTES = 64 * 1024 * 1024
@@ -59,6 +59,7 @@ def parse_xml(text: str | BinaryIO, source: str = "") -> tuple[dict[str, str], l
             raise InputError(source, f"{where}.{name}", "missing attribute")
         if len(value) > 20:  # checked before converting: 2^63 has 19 digits
             raise InputError(source, f"{where}.{name}", f"expected an integer, got a text of {len(value)} characters")
+        ascii_digits(value, source, f"{where}.{name}")
         try:
             return int(value)
         except ValueError:
@@ -165,7 +166,10 @@ class _GpuReader:
 
 def read_text(path: str | Path, source: str) -> str:
     """The text of an XML file: at most :data:`MAX_XML_BYTES` bytes of UTF-8."""
+    from synth.fileio import note_input
+
     file = Path(path)
+    note_input(file)
     try:
         if file.stat().st_size > MAX_XML_BYTES:
             raise InputError(source, "", f"file is larger than {MAX_XML_BYTES} bytes")

@@ -86,7 +86,9 @@ def runtime_routing(schedule: Schedule, topology: Topology, program: MscclProgra
     planned = congestion(schedule, topology).seconds_per_byte
     try:
         if path is not None:
-            with open(path, "rb") as stream:
+            from synth.fileio import read_back
+
+            with read_back(path) as stream:  # the XML just written, even before it is put in place
                 back = import_msccl(path, topology, topology_name=schedule.topology, text=stream)
         else:
             back = import_msccl("exported XML", topology, topology_name=schedule.topology,
