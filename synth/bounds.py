@@ -156,6 +156,29 @@ def _fraction_gcd(values: list[Fraction]) -> Fraction:
     return Fraction(math.gcd(*(int(v * denominator) for v in values)), denominator)
 
 
+def quotient_representatives(topology: Topology) -> int | None:
+    """The gpu orbits the quotient method would test for the allgather bound of ``topology`` (one max-flow
+    each, on a quotient network), or None when it falls back to a max-flow per gpu on the whole network.
+
+    Takes the same decision as :func:`synth.cuts.allgather.make_oracle` (the orbit search's result is kept
+    with the topology, so the bound reuses it).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> quotient_representatives(load_topology("dgx-a100:boxes=8")), quotient_representatives(load_topology("ring:n=8"))
+    (1, None)
+    """
+    from synth.cuts.allgather import QUOTIENT_MAX_REPRESENTATIVES, QUOTIENT_MIN_GPUS
+    from synth.cuts.symmetry import gpu_orbits
+
+    n = topology.num_ranks
+    if n < QUOTIENT_MIN_GPUS:
+        return None
+    count = len(set(gpu_orbits(Network.from_topology(topology), [1] * n)))
+    return count if count <= QUOTIENT_MAX_REPRESENTATIVES and 4 * count <= n else None
+
+
 def optimal_bound(topology: Topology) -> Bound:
     """The exact optimal allgather time, the trees it needs, and the bottleneck cut.
 

@@ -171,9 +171,29 @@ def graph_work(num_ranks: int, num_links: int) -> int:
     return max(1, num_ranks) * max(1, num_links) * max(1, math.ceil(math.log2(max(2, num_ranks))))
 
 
+def quotient_work(num_ranks: int, num_links: int, representatives: int) -> int:
+    """The work estimate of the quotient method (:mod:`synth.cuts.quotient`): colour refinement over every
+    link, about log2 of the gpu count rounds, once per orbit representative and for the orbit search.
+
+    Examples
+    --------
+    >>> quotient_work(16384, 98304, 1)
+    2752512
+    """
+    rounds = max(1, math.ceil(math.log2(max(2, num_ranks))))
+    return (1 + max(1, representatives)) * max(1, num_links) * rounds
+
+
 def check_graph_work(num_ranks: int, num_links: int, what: str,
-                     hint: str = "use a smaller topology") -> None:
-    """Refuse an exact bound (or tree packing) whose :func:`graph_work` is over ``max_graph_work``."""
+                     hint: str = "use a smaller topology", representatives: int | None = None) -> None:
+    """Refuse an exact bound (or tree packing) whose work is over ``max_graph_work``: :func:`graph_work`
+    (a max-flow per gpu), or :func:`quotient_work` when ``representatives`` (gpu orbits the quotient
+    method tests) is given."""
+    if representatives is not None:
+        check("max_graph_work", quotient_work(num_ranks, num_links, representatives),
+              f"{what} on {num_ranks:,} gpus, {num_links:,} directed links and {representatives:,} gpu orbits "
+              "((orbits + 1) x links x log2 gpus)", hint)
+        return
     check("max_graph_work", graph_work(num_ranks, num_links),
           f"{what} on {num_ranks:,} gpus and {num_links:,} directed links (gpus x links x log2 gpus)", hint)
 

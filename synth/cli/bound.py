@@ -73,7 +73,7 @@ def bound(
         check_bound_work(topo, "the alltoall bound")
         _alltoall(topo, as_json)
         return
-    check_bound_work(topo, "the exact bound")
+    check_bound_work(topo, "the exact bound", quotient=True)
     result = optimal_bound(topo)
     broadcast = algbw_bound(topo, Kind.BROADCAST)
     limited = limited_trees(topo, max_trees_per_root) if max_trees_per_root else None

@@ -85,11 +85,21 @@ def topology_argument(spec: str, what: str = "") -> Topology:
     return topology
 
 
-def check_bound_work(topology: Topology, what: str, hint: str = "use a smaller topology") -> None:
-    """Refuse, before starting, exact bound or tree-packing work over the ``max_graph_work`` limit."""
+def check_bound_work(topology: Topology, what: str, hint: str = "use a smaller topology",
+                     quotient: bool = False) -> None:
+    """Refuse, before starting, exact bound or tree-packing work over the ``max_graph_work`` limit.
+
+    ``quotient``: the command runs only the exact bound, which uses the quotient method where the fabric's
+    symmetry allows (:func:`synth.bounds.quotient_representatives`): estimate that method's work then.
+    """
     from synth import limits
 
-    limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), what, hint)
+    representatives = None
+    if quotient:
+        from synth.bounds import quotient_representatives
+
+        representatives = quotient_representatives(topology)
+    limits.check_graph_work(topology.num_ranks, topology.graph.number_of_edges(), what, hint, representatives)
 
 
 #: The ``--size`` help every command shares (units and ranges: :mod:`synth.units`).
