@@ -467,7 +467,8 @@ def test_sketch_epochs_far_shorter_than_a_hop(cli, tmp_path):
             "epoch_us", "more than the horizon")
 
 
-@pytest.mark.parametrize("args", [["bound", "torus:dims=100x100"], ["compare", "torus:dims=100x100", "-s", "1MiB"],
+# (`synth bound torus:dims=100x100` runs: its estimate is the quotient method's, see tests/test_bound_estimate.py)
+@pytest.mark.parametrize("args", [["compare", "torus:dims=100x100", "-s", "1MiB"],
                                   ["tune", "torus:dims=100x100", "-c", "allgather", "-s", "1MiB"],
                                   ["draw", "torus:dims=100x100"], ["bound", "ring:n=20000"],
                                   ["generate", "switch:n=20000", "-c", "allgather"]])

@@ -208,11 +208,11 @@ def test_size_aware_forest_reaches_95_percent_of_the_bound_at_1gib(spec, kind):
 def test_forest_allreduce_on_2_mi250_reaches_95_percent_of_the_bound_at_1gib():
     """The variant forest's size choice takes there (three trees per root, 32 KiB slices): 94.5% of the bound
     while the last roots' trees were up to 16 arcs deep, at least 95% once the depth pass made them at most 9."""
-    from synth.algorithms.forest.packing import tree_depths
+    from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET, tree_depths
     from synth.compare import lower_bound
 
     topology, size = load_topology("mi250:boxes=2"), 2**30
-    schedule = synthesize(topology, Kind.ALLREDUCE, "forest", max_trees_per_root=3)
+    schedule = synthesize(topology, Kind.ALLREDUCE, "forest", max_trees_per_root=3, depth_pass_arcs=SHALLOW_ARC_BUDGET)
     verify(schedule, topology)
     assert max(tree_depths(plan.get_plan(topology, max_trees=3).classes)) <= 9
     seconds = evaluate(schedule, topology, size, slice_bytes=32 * 1024).time_s
