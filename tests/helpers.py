@@ -80,3 +80,21 @@ def synthesized(spec: str, kind: str, algorithm: str):
     from synth.library import load_topology
 
     return synthesize(load_topology(spec), kind, algorithm)
+
+
+def every_schedule(topology, kind):
+    """(name, verified schedule) of every registered algorithm but milp that applies to ``kind`` on
+    ``topology`` (an algorithm that does not apply, or refuses on a limit, is left out)."""
+    from synth import synthesize, verify
+    from synth.algorithms import available
+    from synth.errors import NotApplicable, SynthError
+
+    for algorithm in available(kind):
+        if algorithm.name == "milp":
+            continue
+        try:
+            schedule = synthesize(topology, kind, algorithm.name)
+        except (NotApplicable, SynthError):
+            continue
+        verify(schedule, topology)
+        yield algorithm.name, schedule

@@ -8,16 +8,16 @@ import json
 from fractions import Fraction
 
 import pytest
+from helpers import every_schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import capable_topology_documents
 from typer.testing import CliRunner
 
-from synth import Kind, Topology, load_topology, synthesize, verify
-from synth.algorithms import available
+from synth import Kind, Topology, load_topology
 from synth.bounds import time_bound
 from synth.cli import app
-from synth.errors import InputError, NotApplicable, SynthError
+from synth.errors import InputError
 from synth.evaluate import evaluate_sizes
 from synth.topology import Multicast, Reduction, SwitchCapabilities
 
@@ -146,18 +146,6 @@ def test_synth_bound_prints_the_in_switch_figure_and_the_passive_one_with_the_fl
     assert data["allreduce_bound_algbw_GBps"] == pytest.approx(400.5) and "nvs" in data["switch_capabilities"]
 
 
-def _schedules(topology: Topology, kind: Kind):
-    for algorithm in available(kind):
-        if algorithm.name == "milp":
-            continue
-        try:
-            schedule = synthesize(topology, kind, algorithm.name)
-        except (NotApplicable, SynthError):
-            continue
-        verify(schedule, topology)
-        yield algorithm.name, schedule
-
-
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document=capable_topology_documents(max_gpus=5, max_switches=2),
        kind=st.sampled_from([Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.ALLGATHER]))
@@ -175,7 +163,7 @@ def test_in_switch_bounds_are_below_the_passive_ones_and_below_every_point_to_po
     assert bound.seconds_per_byte <= passive_bound.seconds_per_byte
     assert bound.in_switch == (kind == Kind.ALLREDUCE and bool(topology.capabilities))
     # (a) no schedule of an existing algorithm (point to point, no in-switch ops) beats it
-    for name, schedule in _schedules(topology, kind):
+    for name, schedule in every_schedule(topology, kind):
         for result in evaluate_sizes(schedule, topology, [2**20, 2**26]):
             assert result.congestion_time_s >= float(bound.seconds_per_byte * result.size) * (1 - 1e-12), name
             assert result.time_s >= bound.time(result.size) * (1 - 1e-9), name

@@ -6,38 +6,25 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from helpers import every_schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import topologies
 
-from synth import Kind, Topology, load_topology, synthesize, verify
-from synth.algorithms import available
+from synth import Kind, Topology, load_topology, synthesize
 from synth.bounds import time_bound
 from synth.compare import run_all
-from synth.errors import NotApplicable, SynthError
 from synth.evaluate import PlanOptions, evaluate_sizes
 
 GIGA = 10**9
 SIZES = [1024, 2**20, 2**26]
 
 
-def _schedules(topology: Topology, kind: Kind):
-    for algorithm in available(kind):
-        if algorithm.name == "milp":
-            continue
-        try:
-            schedule = synthesize(topology, kind, algorithm.name)
-        except (NotApplicable, SynthError):
-            continue
-        verify(schedule, topology)
-        yield algorithm.name, schedule
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topology=topologies(max_gpus=5, max_switches=2), kind=st.sampled_from(list(Kind)))
 def test_no_schedule_beats_the_bound_on_random_directed_topologies(topology, kind):
     bound = time_bound(topology, kind)
-    for name, schedule in _schedules(topology, kind):
+    for name, schedule in every_schedule(topology, kind):
         for plan in (None, PlanOptions(protocol="ideal", slices=16, window=1024)):
             for result in evaluate_sizes(schedule, topology, SIZES, options=plan):
                 assert result.time_s >= bound.time(result.size) * (1 - 1e-9), (name, result, bound)
@@ -84,7 +71,7 @@ def test_a_switch_with_more_bandwidth_out_than_in_makes_the_cut_figures_bounds_n
     assert ag.seconds_per_byte == Fraction(1, 30 * GIGA)
     assert ar.seconds_per_byte == Fraction(4, 30 * GIGA)
     for kind, bound in ((Kind.ALLGATHER, ag), (Kind.ALLREDUCE, ar)):
-        for name, schedule in _schedules(topology, kind):
+        for name, schedule in every_schedule(topology, kind):
             for result in evaluate_sizes(schedule, topology, SIZES):
                 assert result.time_s >= bound.time(result.size), name
 
