@@ -208,3 +208,15 @@ def test_long_functions_say_why():
             if lines > LONGEST_FUNCTION and LONG_REASON not in docstring.replace("\n", " "):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert not offenders, "functions over the house limit without a reason in their docstring:\n" + "\n".join(offenders)
+
+
+def test_the_command_line_imports_no_numerical_library_before_a_command_runs() -> None:
+    """`synth --help` and every command's start stay fast: the CLI module loads typer and rich only; numpy,
+    networkx, scipy, OR-Tools, pandas, Dask, matplotlib, protobuf and numba load when a command needs them."""
+    import subprocess
+    import sys
+
+    heavy = ("numpy", "networkx", "scipy", "ortools", "pandas", "dask", "matplotlib", "google.protobuf", "numba")
+    probe = f"import sys, synth.cli; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "", f"importing synth.cli loads {loaded}"
