@@ -254,14 +254,7 @@ def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
     >>> t.reduction("b0.nvs").throughput, dgx_h100(nvls=False).capabilities
     (334.5, {})
     """
-    boxes = box_count(boxes)
-    gpus, switches, links = _switch_box_system(boxes, 8, 450.0, 50.0, lambda i: f"rail{i}")
-    nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
-    return Topology.build(
-        "dgx-h100", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
-        description=f"NVIDIA DGX H100, {boxes} box(es): 8 H100 per box on one NVSwitch node, 450 GB/s per gpu"
-                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
-        capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
+    return _hopper_system("dgx-h100", "H100", boxes, nvls)
 
 
 @entry("dgx-h200", "NVIDIA DGX H200: 8 H200 on NVSwitch gen3 (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized")
@@ -278,12 +271,18 @@ def dgx_h200(boxes: int = 1, nvls: bool = True) -> Topology:
     >>> dgx_h200().egress_bandwidth("gpu0"), dgx_h200().reduction("nvs").throughput
     (450.0, 334.5)
     """
+    return _hopper_system("dgx-h200", "H200", boxes, nvls)
+
+
+def _hopper_system(name: str, gpu: str, boxes: int, nvls: bool) -> Topology:
+    """The DGX H100/H200 fabric: 8 gpus per box on one NVSwitch node (450 GB/s per gpu, NVLS when ``nvls``),
+    one 50 GB/s NIC per gpu, NIC i of every box on rail switch i."""
     boxes = box_count(boxes)
     gpus, switches, links = _switch_box_system(boxes, 8, 450.0, NDR_GBPS, lambda i: f"rail{i}")
     nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
     return Topology.build(
-        "dgx-h200", gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
-        description=f"NVIDIA DGX H200, {boxes} box(es): 8 H200 per box on one NVSwitch node, 450 GB/s per gpu"
+        name, gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
+        description=f"NVIDIA DGX {gpu}, {boxes} box(es): 8 {gpu} per box on one NVSwitch node, 450 GB/s per gpu"
                     + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
         capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
 
