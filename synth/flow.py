@@ -15,7 +15,15 @@ an execution :class:`~synth.plan.Plan`:
   slice as a delay between leaving the source and arriving, so slices in flight overlap it: a lone
   transfer of any number of slices takes ``latency + bytes / bandwidth``;
 - a transfer whose path has one node (a local copy or reduce) takes no time;
-- the protocol's base latency is added once; reductions cost no time.
+- the protocol's base latency is added once; reductions on gpus cost no time;
+- in-switch operations (``switch_ops``): every leg is a transfer on its links like any other, and an
+  output leg starts each slice once that slice of every input has reached the switch (its deps), so a
+  switch streams its result as the inputs arrive. A switch's ``reduction.throughput`` is one more shared
+  resource, crossed by the first output leg of each of its reduce ops (the one that takes the sum as it
+  is formed; a reduce with several outputs forms each sum once), and likewise ``multicast.throughput`` by
+  the first output of each multicast; both are scaled by the protocol's efficiency like the links (the
+  switch handles what crosses the wire). A switch without a throughput limits nothing. A leg pays the
+  network step latency when its op's legs reach gpus of more than one box, else the step latency.
 
 How it runs: slices with the same path share one *class* (same rate, FIFO finish order, one byte counter),
 and rates are recomputed only when some class's membership changed; the rates of the classes that share
@@ -103,11 +111,49 @@ class _Classes:
     local: np.ndarray
 
 
-def _classes(transfers: Iterable[Transfer], count: int, topology: Topology,
-             plan: Plan) -> tuple[_Classes, np.ndarray, np.ndarray]:
+def _switch_charges(schedule: Schedule | TreeSchedule,
+                    topology: Topology) -> tuple[dict[int, tuple[str, str, float]], list[bool]]:
+    """For a schedule with switch ops: the output legs that cross a switch's throughput (transfer id ->
+    (switch, ``"reduction"`` or ``"multicast"``, GB/s)) and, per op, whether its legs reach gpus of more
+    than one box."""
+    ops = schedule.switch_ops if isinstance(schedule, Schedule) else ()
+    if not ops:
+        return {}, []
+    assert isinstance(schedule, Schedule)
+    charged: dict[int, tuple[str, str, float]] = {}
+    first_output = [-1] * len(ops)
+    spans: list[set[int]] = [set() for _ in ops]
+    boxes = topology.boxes
+    for t in schedule.transfers:
+        index = t.to_switch if t.to_switch is not None else t.from_switch
+        if index is None:
+            continue
+        rank = t.src if t.to_switch is not None else t.dst
+        if boxes is not None and rank is not None:
+            spans[index].add(boxes[rank])
+        if t.from_switch is not None and first_output[index] < 0:
+            first_output[index] = t.id
+    for index, switch_op in enumerate(ops):
+        caps = topology.capabilities.get(switch_op.switch)
+        if caps is None or first_output[index] < 0:
+            continue
+        if switch_op.kind == "reduce":
+            rate = None if caps.reduction is None else caps.reduction.throughput
+        else:
+            rate = None if caps.multicast is None else caps.multicast.throughput
+        if rate is not None:
+            kind = "reduction" if switch_op.kind == "reduce" else "multicast"
+            charged[first_output[index]] = (switch_op.switch, kind, float(rate))
+    return charged, [len(members) > 1 for members in spans]
+
+
+def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan: Plan,
+             schedule: Schedule | TreeSchedule | None = None) -> tuple[_Classes, np.ndarray, np.ndarray]:
     """The path classes and the deps of ``count`` transfers (ids 0..count-1), in one pass over them, so a
     trees-form schedule streams through without its transfers being held: (classes, each transfer's
-    number of deps, every transfer's deps one after the other)."""
+    number of deps, every transfer's deps one after the other). ``schedule``, when it has switch ops,
+    adds the switches' throughputs as resources (see the module doc)."""
+    charged, network_op = _switch_charges(schedule, topology) if schedule is not None else ({}, [])
     costs = plan.costs
     boxes = topology.boxes
     efficiency = float(costs.efficiency)
@@ -120,9 +166,9 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology,
     local: list[bool] = []
     ids, of_class, dep_counts, dep_flat = array("q"), array("q"), array("q"), array("q")
 
-    def new_class(t: Transfer) -> int:
+    def new_class(t: Transfer, key: Any) -> int:
         cls = len(delay)
-        class_of_path[t.path] = cls
+        class_of_path[key] = cls
         for hop in zip(t.path, t.path[1:], strict=False):
             index = link_index.get(hop)
             if index is None:
@@ -131,21 +177,38 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology,
                 capacity.append(topology.bandwidth(*hop) * GIGA * efficiency)
             entry_link.append(index)
             entry_class.append(cls)
+        resource = charged.get(t.id)
+        if resource is not None:
+            index = link_index.get(resource[:2])  # type: ignore[arg-type]
+            if index is None:
+                index = len(capacity)
+                link_index[resource[:2]] = index  # type: ignore[index]
+                capacity.append(resource[2] * GIGA * efficiency)
+            entry_link.append(index)
+            entry_class.append(cls)
         is_local = len(t.path) < 2
         local.append(is_local)
         if is_local:
             delay.append(0.0)
         else:
-            between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
+            if t.to_switch is not None or t.from_switch is not None:
+                between_boxes = network_op[t.to_switch if t.to_switch is not None else t.from_switch]
+            else:
+                between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
             step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
             delay.append((topology.path_latency(t.path) + step) * MICRO)
         return cls
 
     known = class_of_path.get
     for t in transfers:
-        cls = known(t.path)
+        key: Any = t.path
+        if network_op and (t.to_switch is not None or t.from_switch is not None):
+            resource = charged.get(t.id)
+            key = (t.path, None if resource is None else resource[:2],
+                   network_op[t.to_switch if t.to_switch is not None else t.from_switch])
+        cls = known(key)
         ids.append(t.id)
-        of_class.append(new_class(t) if cls is None else cls)
+        of_class.append(new_class(t, key) if cls is None else cls)
         deps = t.deps
         dep_counts.append(len(deps))
         dep_flat.extend(deps)
@@ -254,7 +317,7 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
     base = plan.costs.base_latency_us * MICRO
     if count == 0:
         return FlowResult(0.0, 0, 0)
-    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan)
+    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
     arrays = _kernel_arrays(classes, dep_counts, dep_flat)
     from synth import flow_kernels
 

@@ -175,7 +175,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
     slices = plan.slices
     window = plan.window
     slice_bytes = float(plan.slice_bytes)
-    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan)
+    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
     num_classes = len(classes.delay)
     of_class = classes.of_transfer
     delay_of = classes.delay[of_class]

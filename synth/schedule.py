@@ -12,10 +12,22 @@ writes to; None means the data cell of ``chunk``. A transfer with ``src == dst``
 (a copy or reduce between two buffers of one rank, such as MSCCL's ``cpy`` and ``re``): its path is the
 rank's gpu alone and it crosses no link. Relays of partial sums go through scratch, so that a gpu on
 the way never overwrites its own contribution.
+
+In-switch operations (``synth.schedule/3``): a schedule may list ``switch_ops``, each a reduction or a
+multicast that one switch performs on one chunk (:class:`SwitchOp`). Its *legs* are transfers: an input
+leg (``to_switch`` = the op's id, ``dst`` None) carries a rank's value of the chunk from its gpu to the
+switch; an output leg (``from_switch`` = the op's id, ``src`` None) carries the op's result from the switch
+to a rank, which takes it with the leg's ``op`` (copy, or reduce into its own value). A reduce op combines
+what its inputs bring (NVLS ``multimem.ld_reduce``, a SHARP aggregation); a multicast op copies its one
+input to every output (``multimem.st``). Every output leg lists every input leg of its op among its
+``deps`` (the switch has its result only when the last input has arrived), so the order of a schedule is
+its deps alone, with or without switch ops. A schedule without switch ops is written as
+``synth.schedule/2``, byte for byte as before; every ``/1`` and ``/2`` file reads unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,10 +39,18 @@ from synth.errors import InputError
 from synth.topology import read_document
 
 FORMAT = "synth.schedule/2"
+#: The format of a schedule with in-switch operations (``switch_ops``); ``/2`` files are ``/3`` files without.
+SWITCH_FORMAT = "synth.schedule/3"
 #: Formats read (older versions are a subset of the current one).
-READ_FORMATS = ("synth.schedule/1", FORMAT)
+READ_FORMATS = ("synth.schedule/1", FORMAT, SWITCH_FORMAT)
 COPY: Final = "copy"
 REDUCE: Final = "reduce"
+#: Kinds of in-switch operation.
+SWITCH_REDUCE: Final = "reduce"
+SWITCH_MULTICAST: Final = "multicast"
+#: Reduction operations and data types a switch op may name (the switch's ``capabilities`` say which it serves).
+SWITCH_OPS_NAMES = ("sum", "prod", "min", "max")
+SWITCH_DTYPES = ("f64", "f32", "f16", "bf16", "fp8e4m3", "fp8e5m2", "i64", "i32", "i8", "u64", "u32", "u8")
 
 
 #: Largest accepted scratch slot index.
@@ -44,19 +64,28 @@ class Transfer:
     the data cell). With ``src == dst`` it is a local op and ``path`` is the one gpu."""
 
     id: int
-    src: int
-    dst: int
+    src: int | None
+    dst: int | None
     chunk: int
     op: Literal["copy", "reduce"]
     path: tuple[str, ...]
     deps: tuple[int, ...] = ()
     src_scratch: int | None = None
     dst_scratch: int | None = None
+    #: The switch op this transfer feeds (an input leg: ``dst`` is None), or None.
+    to_switch: int | None = None
+    #: The switch op whose result this transfer carries (an output leg: ``src`` is None), or None.
+    from_switch: int | None = None
 
     @property
     def local(self) -> bool:
         """True for a local op (a copy or reduce between two buffers of one rank)."""
         return self.src == self.dst
+
+    @property
+    def leg(self) -> bool:
+        """True for a leg of a switch op (it starts or ends at a switch, not at a rank)."""
+        return self.to_switch is not None or self.from_switch is not None
 
     def scratch_slots(self) -> dict[str, int]:
         """The scratch slots it reads or writes, by field name (``{}`` when it moves data cells only)."""
@@ -66,6 +95,37 @@ class Transfer:
         if self.dst_scratch is not None:
             slots["dst_scratch"] = self.dst_scratch
         return slots
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchOp:
+    """One in-switch operation on one chunk: ``kind`` ``"reduce"`` (combine the inputs' values with
+    ``op``, elements of type ``dtype``) or ``"multicast"`` (copy the one input to every output), performed by
+    switch node ``switch``. Its inputs and outputs are the transfers whose ``to_switch`` / ``from_switch``
+    is ``id``.
+
+    Examples
+    --------
+    >>> SwitchOp(0, "nvs", "reduce", 3).to_dict()
+    {'id': 0, 'switch': 'nvs', 'kind': 'reduce', 'chunk': 3, 'op': 'sum', 'dtype': 'f32'}
+    >>> SwitchOp(1, "nvs", "multicast", 3).to_dict()
+    {'id': 1, 'switch': 'nvs', 'kind': 'multicast', 'chunk': 3}
+    """
+
+    id: int
+    switch: str
+    kind: Literal["reduce", "multicast"]
+    chunk: int
+    op: str = "sum"
+    dtype: str = "f32"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented file form (``op`` and ``dtype`` only for a reduce)."""
+        data: dict[str, Any] = {"id": self.id, "switch": self.switch, "kind": self.kind, "chunk": self.chunk}
+        if self.kind == SWITCH_REDUCE:
+            data["op"] = self.op
+            data["dtype"] = self.dtype
+        return data
 
 
 @dataclass(frozen=True)
@@ -93,6 +153,8 @@ class Schedule:
     topology_file: str | None = None
     #: The topology's fingerprint (:func:`synth.topology.fingerprint`): a different topology is refused.
     topology_sha256: str | None = None
+    #: In-switch operations (ids 0..K-1 in order); their legs are transfers.
+    switch_ops: tuple[SwitchOp, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.ranks) != self.collective.num_ranks:
@@ -102,6 +164,51 @@ class Schedule:
             if transfer.id != index:
                 raise InputError("", f"transfers.{index}.id", f"expected id {index} (ids are 0..T-1 in order), "
                                  f"got {transfer.id}")
+        for index, switch_op in enumerate(self.switch_ops):
+            if switch_op.id != index:
+                raise InputError("", f"switch_ops.{index}.id", f"expected id {index} (ids are 0..K-1 in order), "
+                                 f"got {switch_op.id}")
+
+    @property
+    def format(self) -> str:
+        """``synth.schedule/3`` when the schedule has switch ops, else ``synth.schedule/2``."""
+        return SWITCH_FORMAT if self.switch_ops else FORMAT
+
+    def legs(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The ids of each switch op's input legs and output legs, in transfer order.
+
+        Examples
+        --------
+        >>> from synth.collectives import Collective, Kind
+        >>> coll = Collective(Kind.ALLREDUCE, num_ranks=2, chunks=1)
+        >>> b = ScheduleBuilder(coll, "box", ("g0", "g1"), "manual")
+        >>> k = b.add_switch_op("nvs", "reduce", 0)
+        >>> _ = b.add_to_switch(0, k, ("g0", "nvs")), b.add_to_switch(1, k, ("g1", "nvs"))
+        >>> _ = b.add_from_switch(k, 0, ("nvs", "g0")), b.add_from_switch(k, 1, ("nvs", "g1"))
+        >>> b.build().legs()
+        ([[0, 1]], [[2, 3]])
+        """
+        inputs: list[list[int]] = [[] for _ in self.switch_ops]
+        outputs: list[list[int]] = [[] for _ in self.switch_ops]
+        for t in self.transfers:
+            if t.to_switch is not None:
+                inputs[t.to_switch].append(t.id)
+            elif t.from_switch is not None:
+                outputs[t.from_switch].append(t.id)
+        return inputs, outputs
+
+    def require_point_to_point(self, what: str) -> None:
+        """Refuse (:class:`~synth.errors.NotApplicable`) a schedule with switch ops, for a consumer that
+        cannot express them; ``what`` names the consumer."""
+        if self.switch_ops:
+            from synth.errors import NotApplicable
+
+            first = self.switch_ops[0]
+            raise NotApplicable(
+                f"{what} cannot express in-switch operations; schedule {self.algorithm!r} has "
+                f"{len(self.switch_ops):,} (the first: switch op 0, a {first.kind} of chunk {first.chunk} on "
+                f"switch {first.switch}). Use a schedule without them (e.g. --no-switch-ops), or a target "
+                f"that has them (synth export mscclpp)")
 
     @property
     def kind(self) -> Kind:
@@ -126,25 +233,32 @@ class Schedule:
         """
         used = [0] * self.collective.num_ranks
         for t in self.transfers:
-            if t.src_scratch is not None and t.src_scratch >= used[t.src]:
+            if t.src_scratch is not None and t.src is not None and t.src_scratch >= used[t.src]:
                 used[t.src] = t.src_scratch + 1
-            if t.dst_scratch is not None and t.dst_scratch >= used[t.dst]:
+            if t.dst_scratch is not None and t.dst is not None and t.dst_scratch >= used[t.dst]:
                 used[t.dst] = t.dst_scratch + 1
         return used
 
     # ---------------------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        """The documented ``synth.schedule/2`` object (scratch slots only where a transfer uses them)."""
-        return {
-            **header_dict(self),
-            "transfers": [_transfer_dict(t) for t in self.transfers],
-        }
+        """The documented ``synth.schedule/2`` object (scratch slots only where a transfer uses them), or
+        ``synth.schedule/3`` with ``switch_ops`` when it has in-switch operations."""
+        head = header_dict(self)
+        if not self.switch_ops:
+            return {**head, "transfers": [_transfer_dict(t) for t in self.transfers]}
+        head["format"] = SWITCH_FORMAT
+        return {**head, "switch_ops": [op.to_dict() for op in self.switch_ops],
+                "transfers": [_transfer_dict(t) for t in self.transfers]}
 
     def to_json(self) -> str:
         """Deterministic JSON text: header fields indented, one transfer per line."""
         data = self.to_dict()
         transfers = data.pop("transfers")
+        switch_ops = data.pop("switch_ops", None)
         head = json.dumps(data, indent=1, sort_keys=False)
+        if switch_ops is not None:
+            ops = ",\n  ".join(json.dumps(op, separators=(",", ":")) for op in switch_ops)
+            head = head[:-2] + ',\n "switch_ops": [\n  ' + ops + "\n ]\n}"
         lines = [json.dumps(t, separators=(",", ":")) for t in transfers]
         body = ",\n  ".join(lines)
         return head[:-2] + ',\n "transfers": [\n  ' + body + "\n ]\n}\n" if lines else \
@@ -167,6 +281,7 @@ class Schedule:
         _check_size(collective, len(raw), source)
         n = len(ranks)
         limit = collective.num_chunk_ids
+        switch_ops = _read_switch_ops(data, fmt, limit, source)
         transfers: list[Transfer] = []
         for index, item in enumerate(raw):
             where = f"transfers.{index}"
@@ -178,24 +293,37 @@ class Schedule:
             tid = item.get("id", index)
             if not _is_int(tid) or tid != index:
                 raise InputError(source, f"{where}.id", f"expected {index} (ids are 0..T-1 in order), got {tid!r}")
+            to_switch, from_switch = _read_leg(item, where, fmt, len(switch_ops), source)
             src, dst, chunk = item["src"], item["dst"], item["chunk"]
             for name, value, upper in (("src", src, n), ("dst", dst, n), ("chunk", chunk, limit)):
+                if value is None and (name == "src" and from_switch is not None or name == "dst" and to_switch is not None):
+                    continue
                 if not _is_int(value) or not 0 <= value < upper:
-                    raise InputError(source, f"{where}.{name}", f"expected an integer in 0..{upper - 1}, got {value!r}")
+                    leg = {"src": " (null only on an output leg: from_switch)",
+                           "dst": " (null only on an input leg: to_switch)"}.get(name, "")
+                    raise InputError(source, f"{where}.{name}", f"expected an integer in 0..{upper - 1}{leg}, got "
+                                     f"{value!r}")
+            if to_switch is not None and dst is not None or from_switch is not None and src is not None:
+                name = "dst" if to_switch is not None else "src"
+                raise InputError(source, f"{where}.{name}", f"expected null: a leg of a switch op has the switch at "
+                                 f"that end, got {item[name]!r}")
             op = item.get("op", COPY)
             if op not in (COPY, REDUCE):
                 raise InputError(source, f"{where}.op", f"expected 'copy' or 'reduce', got {op!r}")
             slots: list[int | None] = []
             for name in ("src_scratch", "dst_scratch"):
                 slot = item.get(name)
-                if slot is not None and fmt != FORMAT:
+                if slot is not None and fmt == READ_FORMATS[0]:
                     raise InputError(source, f"{where}.{name}", f"scratch slots need format {FORMAT!r}")
                 if slot is not None and (not _is_int(slot) or not 0 <= slot < MAX_SCRATCH_SLOT):
                     raise InputError(source, f"{where}.{name}", f"expected a scratch slot in 0..{MAX_SCRATCH_SLOT - 1} "
                                      f"or null, got {slot!r}")
                 slots.append(slot)
+            if slots[1] is not None and to_switch is not None or slots[0] is not None and from_switch is not None:
+                name = "dst_scratch" if to_switch is not None else "src_scratch"
+                raise InputError(source, f"{where}.{name}", "expected null: that end of a switch op's leg is the switch")
             path = item["path"]
-            shortest = 1 if src == dst and fmt == FORMAT else 2
+            shortest = 1 if src == dst and fmt != READ_FORMATS[0] else 2
             if not isinstance(path, list) or len(path) < shortest or not all(isinstance(p, str) for p in path):
                 what = "1 node id (a local op: src == dst)" if shortest == 1 else "2 node ids"
                 raise InputError(source, f"{where}.path", f"expected a list of at least {what}")
@@ -205,9 +333,10 @@ class Schedule:
             for dep in deps:
                 if not 0 <= dep < len(raw):
                     raise InputError(source, f"{where}.deps", f"unknown transfer id {dep}")
-            transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps), slots[0], slots[1]))
+            transfers.append(Transfer(index, src, dst, chunk, op, tuple(path), tuple(deps), slots[0], slots[1],
+                                      to_switch, from_switch))
         return cls(collective, head.topology, ranks, head.algorithm, head.params, tuple(transfers), head.topology_file,
-                   head.topology_sha256)
+                   head.topology_sha256, switch_ops)
 
     @classmethod
     def from_json(cls, text: str, source: str = "") -> Schedule:
@@ -312,8 +441,77 @@ def _check_size(collective: Collective, transfers: int, source: str) -> None:
 
 
 def _transfer_dict(t: Transfer) -> dict[str, Any]:
-    return {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op, "path": list(t.path),
+    data = {"id": t.id, "src": t.src, "dst": t.dst, "chunk": t.chunk, "op": t.op, "path": list(t.path),
             "deps": list(t.deps), **t.scratch_slots()}
+    if t.to_switch is not None:
+        data["to_switch"] = t.to_switch
+    if t.from_switch is not None:
+        data["from_switch"] = t.from_switch
+    return data
+
+
+def _read_switch_ops(data: dict[str, Any], fmt: str, chunk_ids: int, source: str) -> tuple[SwitchOp, ...]:
+    """The ``switch_ops`` list of a ``synth.schedule/3`` object, validated field by field."""
+    raw = data.get("switch_ops")
+    if raw is None:
+        return ()
+    if fmt != SWITCH_FORMAT:
+        raise InputError(source, "switch_ops", f"in-switch operations need format {SWITCH_FORMAT!r}, got {fmt!r}")
+    if not isinstance(raw, list):
+        raise InputError(source, "switch_ops", "expected a list")
+    from synth import limits
+
+    limits.check_transfers(len(raw), f"the switch ops in {source or 'the input'}", hint="")
+    ops: list[SwitchOp] = []
+    for index, item in enumerate(raw):
+        where = f"switch_ops.{index}"
+        if not isinstance(item, dict):
+            raise InputError(source, where, "expected an object")
+        unknown = sorted(set(item) - {"id", "switch", "kind", "chunk", "op", "dtype"})
+        if unknown:
+            raise InputError(source, f"{where}.{unknown[0]}", "unknown field (expected id, switch, kind, chunk, op, "
+                             "dtype)")
+        for name in ("switch", "kind", "chunk"):
+            if name not in item:
+                raise InputError(source, f"{where}.{name}", "missing required field")
+        oid = item.get("id", index)
+        if not _is_int(oid) or oid != index:
+            raise InputError(source, f"{where}.id", f"expected {index} (ids are 0..K-1 in order), got {oid!r}")
+        switch, kind, chunk = item["switch"], item["kind"], item["chunk"]
+        if not isinstance(switch, str) or not switch:
+            raise InputError(source, f"{where}.switch", f"expected a switch node id (a string), got {switch!r}")
+        if kind not in (SWITCH_REDUCE, SWITCH_MULTICAST):
+            raise InputError(source, f"{where}.kind", f"expected 'reduce' or 'multicast', got {kind!r}")
+        if not _is_int(chunk) or not 0 <= chunk < chunk_ids:
+            raise InputError(source, f"{where}.chunk", f"expected an integer in 0..{chunk_ids - 1}, got {chunk!r}")
+        op, dtype = item.get("op", "sum"), item.get("dtype", "f32")
+        if kind == SWITCH_MULTICAST and ("op" in item or "dtype" in item):
+            name = "op" if "op" in item else "dtype"
+            raise InputError(source, f"{where}.{name}", "a multicast combines nothing: leave op and dtype out")
+        if op not in SWITCH_OPS_NAMES:
+            raise InputError(source, f"{where}.op", f"expected one of {', '.join(SWITCH_OPS_NAMES)}, got {op!r}")
+        if dtype not in SWITCH_DTYPES:
+            raise InputError(source, f"{where}.dtype", f"expected one of {', '.join(SWITCH_DTYPES)}, got {dtype!r}")
+        ops.append(SwitchOp(index, switch, kind, chunk, op, dtype))
+    return tuple(ops)
+
+
+def _read_leg(item: dict[str, Any], where: str, fmt: str, count: int, source: str) -> tuple[int | None, int | None]:
+    """A transfer's ``to_switch`` and ``from_switch`` (at most one of them), validated."""
+    legs = []
+    for name in ("to_switch", "from_switch"):
+        value = item.get(name)
+        if value is not None:
+            if fmt != SWITCH_FORMAT:
+                raise InputError(source, f"{where}.{name}", f"legs of switch ops need format {SWITCH_FORMAT!r}")
+            if not _is_int(value) or not 0 <= value < count:
+                span = f"a switch op id in 0..{count - 1}" if count else "no switch op id (switch_ops is empty)"
+                raise InputError(source, f"{where}.{name}", f"expected {span}, got {value!r}")
+        legs.append(value)
+    if legs[0] is not None and legs[1] is not None:
+        raise InputError(source, f"{where}.from_switch", "a transfer is an input leg (to_switch) or an output leg "
+                         "(from_switch) of a switch op, not both")
+    return legs[0], legs[1]
 
 
 def _is_int(value: Any) -> bool:
@@ -359,6 +557,9 @@ class ScheduleBuilder:
         self.params = dict(params or {})
         self.transfers: list[Transfer] = []
         self.scratch_used = [0] * collective.num_ranks
+        self.switch_ops: list[SwitchOp] = []
+        self._inputs: list[list[int]] = []
+        self._closed: list[bool] = []
         from synth import limits
 
         self._cap = int(limits.limit_value("max_transfers"))
@@ -376,6 +577,35 @@ class ScheduleBuilder:
                                        src_scratch, dst_scratch))
         return tid
 
+    def add_switch_op(self, switch: str, kind: Literal["reduce", "multicast"], chunk: int, op: str = "sum",
+                      dtype: str = "f32") -> int:
+        """Declare an in-switch operation and return its id; add its legs with :meth:`add_to_switch` (all
+        inputs first) and :meth:`add_from_switch`."""
+        index = len(self.switch_ops)
+        self.switch_ops.append(SwitchOp(index, switch, kind, chunk, op, dtype))
+        self._inputs.append([])
+        self._closed.append(False)
+        return index
+
+    def add_to_switch(self, src: int, switch_op: int, path: Iterable[str], deps: Iterable[int] = (),
+                      src_scratch: int | None = None) -> int:
+        """Append an input leg: rank ``src``'s value of the op's chunk, carried to the op's switch."""
+        if self._closed[switch_op]:
+            raise ValueError(f"switch op {switch_op} already has outputs; add every input first")
+        tid = self.add(src, None, self.switch_ops[switch_op].chunk, path, COPY, deps, src_scratch, None)  # type: ignore[arg-type]
+        self.transfers[tid] = dataclasses.replace(self.transfers[tid], to_switch=switch_op)
+        self._inputs[switch_op].append(tid)
+        return tid
+
+    def add_from_switch(self, switch_op: int, dst: int, path: Iterable[str], op: Literal["copy", "reduce"] = COPY,
+                        deps: Iterable[int] = (), dst_scratch: int | None = None) -> int:
+        """Append an output leg: the op's result carried to rank ``dst``; it depends on every input leg."""
+        self._closed[switch_op] = True
+        tid = self.add(None, dst, self.switch_ops[switch_op].chunk, path, op,  # type: ignore[arg-type]
+                       (*deps, *self._inputs[switch_op]), None, dst_scratch)
+        self.transfers[tid] = dataclasses.replace(self.transfers[tid], from_switch=switch_op)
+        return tid
+
     def new_scratch(self, rank: int) -> int:
         """A scratch slot of ``rank`` that no transfer has used yet."""
         slot = self.scratch_used[rank]
@@ -385,4 +615,4 @@ class ScheduleBuilder:
     def build(self) -> Schedule:
         """The finished, immutable schedule."""
         return Schedule(self.collective, self.topology, self.ranks, self.algorithm, self.params,
-                        tuple(self.transfers))
+                        tuple(self.transfers), switch_ops=tuple(self.switch_ops))

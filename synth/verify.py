@@ -17,7 +17,17 @@ or nothing. It rejects, naming the transfer and the reason:
   reads, with no order between them (so the outcome would depend on timing);
 - a reduce that would count a contribution twice, or a reduce in a collective that reduces nothing;
 - a postcondition (on the data cells) not met at the end;
-- ranks, chunks or deps out of range, and a rank list that does not match the topology's gpus.
+- ranks, chunks or deps out of range, and a rank list that does not match the topology's gpus;
+- in-switch operations (``switch_ops``, see :mod:`synth.schedule`) that the fabric or the collective does
+  not allow: an op on a node that is not a switch, or on a switch whose ``capabilities`` lack it (a
+  reduce needs ``reduction``; a multicast, or a reduce with more than one output, needs ``multicast``);
+  a reduce whose operation or data type the switch does not serve, with more inputs than its
+  ``max_group``, with fewer than two inputs, or in a collective that reduces nothing; a multicast with
+  other than one input; an op without outputs (a switch stores nothing); a leg of another chunk than its
+  op's, or whose path does not end (an input) or start (an output) at the op's switch; an output leg that
+  does not list every input leg of its op among its deps; inputs whose contributions overlap (each
+  contribution is counted once). An op's result is the union of its inputs' sets; the outputs then write
+  it like any transfer (races, double counting and the postcondition are checked as for the rest).
 
 Order is the transitive closure of ``deps``. Transfers are replayed in a topological order; since all
 accesses to a cell are checked to be ordered, every topological order gives the same values, so one
@@ -32,12 +42,13 @@ The search is bounded by the ``max_verify_steps`` limit (:mod:`synth.limits`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.collectives import Collective
 from synth.errors import VerificationError
 from synth.graphs import smallest_first_order
-from synth.schedule import REDUCE, Schedule
+from synth.schedule import REDUCE, Schedule, Transfer
 from synth.topology import Topology
 from synth.trees import TreeSchedule
 
@@ -66,6 +77,8 @@ def verify(schedule: Schedule, topology: Topology) -> VerifyReport:
     """
     _check_ranks(schedule, topology)
     link_load = _check_paths(schedule, topology)
+    if schedule.switch_ops:
+        _check_switch_ops(schedule, topology)
     order, topo_index = _topological_order(schedule)
     depth = _replay(schedule, order, topo_index)
     return VerifyReport(
@@ -96,6 +109,13 @@ def _check_paths(schedule: Schedule, topology: Topology) -> dict[tuple[str, str]
     uses: dict[tuple[str, ...], int] = {}
     for t in schedule.transfers:
         src, dst, path = t.src, t.dst, t.path
+        if t.to_switch is not None or t.from_switch is not None:
+            _check_leg(t, schedule, topology)
+            uses[path] = uses.get(path, 0) + 1
+            continue
+        if src is None or dst is None:
+            end = "dst" if dst is None else "src"
+            raise VerificationError(f"transfer {t.id}: {end} is null but it is no leg of a switch op", t.id)
         if not (0 <= src < num_ranks and 0 <= dst < num_ranks):
             name, rank = ("src", src) if not 0 <= src < num_ranks else ("dst", dst)
             raise VerificationError(f"transfer {t.id}: {name} rank {rank} is out of range 0..{num_ranks - 1}", t.id)
@@ -143,6 +163,93 @@ def _check_paths(schedule: Schedule, topology: Topology) -> dict[tuple[str, str]
         for hop in zip(path, path[1:], strict=False):
             load[hop] = load.get(hop, 0) + count
     return load
+
+
+def _check_leg(t: Transfer, schedule: Schedule, topology: Topology) -> None:
+    """A leg of a switch op: its ends, its chunk and its path (links, no non-forwarding gpu inside)."""
+    ranks, num_ranks = schedule.ranks, len(schedule.ranks)
+    index = t.to_switch if t.to_switch is not None else t.from_switch
+    if t.to_switch is not None and t.from_switch is not None:
+        raise VerificationError(f"transfer {t.id}: both an input and an output leg of a switch op", t.id)
+    if index is None or not 0 <= index < len(schedule.switch_ops):
+        raise VerificationError(f"transfer {t.id}: switch op {index} does not exist", t.id)
+    switch_op = schedule.switch_ops[index]
+    rank, end = (t.src, "src") if t.to_switch is not None else (t.dst, "dst")
+    other = t.dst if t.to_switch is not None else t.src
+    if other is not None:
+        raise VerificationError(f"transfer {t.id}: a leg of switch op {index} has the switch at one end, so its "
+                                f"{'dst' if end == 'src' else 'src'} must be null, got rank {other}", t.id)
+    if rank is None or not 0 <= rank < num_ranks:
+        raise VerificationError(f"transfer {t.id}: {end} rank {rank} is out of range 0..{num_ranks - 1}", t.id)
+    if t.chunk != switch_op.chunk:
+        raise VerificationError(f"transfer {t.id}: carries chunk {t.chunk} but switch op {index} works on chunk "
+                                f"{switch_op.chunk}", t.id)
+    if (t.dst_scratch if t.to_switch is not None else t.src_scratch) is not None:
+        raise VerificationError(f"transfer {t.id}: names a scratch slot at the switch's end; a switch has no "
+                                f"buffers", t.id)
+    path = t.path
+    expected = (ranks[rank], switch_op.switch) if t.to_switch is not None else (switch_op.switch, ranks[rank])
+    if len(path) < 2 or (path[0], path[-1]) != expected:
+        raise VerificationError(
+            f"transfer {t.id}: as {'an input' if t.to_switch is not None else 'an output'} leg of switch op {index} "
+            f"its path runs {expected[0]} -> {expected[1]}, got {' -> '.join(path) or 'nothing'}", t.id)
+    if len(set(path)) != len(path):
+        raise VerificationError(f"transfer {t.id}: path {list(path)} visits a node twice", t.id)
+    graph, blocked = topology.graph, topology.non_forwarding_gpus
+    for u, v in zip(path, path[1:], strict=False):
+        if not graph.has_edge(u, v):
+            raise VerificationError(f"transfer {t.id}: path hop {u} -> {v} is not a link", t.id)
+    for node in path[1:-1]:
+        if node in blocked:
+            raise VerificationError(f"transfer {t.id}: path {' -> '.join(path)} crosses gpu {node}, which does not "
+                                    f"forward", t.id)
+
+
+def _check_switch_ops(schedule: Schedule, topology: Topology) -> None:
+    """What each switch op asks of its switch and of the collective, and the order of its legs."""
+    inputs, outputs = schedule.legs()
+    reducing = schedule.collective.reducing
+    transfers = schedule.transfers
+    for switch_op, ins, outs in zip(schedule.switch_ops, inputs, outputs, strict=True):
+        name, where = switch_op.switch, f"switch op {switch_op.id}"
+        if name not in topology.graph or topology.is_gpu(name):
+            raise VerificationError(f"{where}: {name!r} is not a switch of topology {topology.name!r}")
+        if switch_op.kind == REDUCE:
+            reduction = topology.reduction(name)
+            if reduction is None:
+                raise VerificationError(f"{where}: switch {name} cannot reduce: it declares no reduction "
+                                        f"(capabilities.reduction in the topology)")
+            if not reducing:
+                raise VerificationError(f"{where}: a reduce in a {schedule.collective.kind} (nothing is reduced)")
+            if switch_op.op not in reduction.ops:
+                raise VerificationError(f"{where}: switch {name} does not reduce with {switch_op.op!r} (it serves "
+                                        f"{', '.join(reduction.ops)})")
+            if switch_op.dtype not in reduction.dtypes:
+                raise VerificationError(f"{where}: switch {name} does not reduce {switch_op.dtype} (it serves "
+                                        f"{', '.join(reduction.dtypes)})")
+            if len(ins) < 2:
+                raise VerificationError(f"{where}: a reduce needs at least two inputs, it has {len(ins)}")
+            if reduction.max_group is not None and len(ins) > reduction.max_group:
+                raise VerificationError(f"{where}: {len(ins)} inputs, more than switch {name}'s group limit "
+                                        f"(max_group {reduction.max_group})")
+            if len(outs) > 1 and not topology.multicasts(name):
+                raise VerificationError(f"{where}: a reduce with {len(outs)} outputs multicasts its result, and "
+                                        f"switch {name} declares no multicast")
+        else:
+            if not topology.multicasts(name):
+                raise VerificationError(f"{where}: switch {name} cannot multicast: it declares no multicast "
+                                        f"(capabilities.multicast in the topology)")
+            if len(ins) != 1:
+                raise VerificationError(f"{where}: a multicast has exactly one input, it has {len(ins)}")
+        if not outs:
+            raise VerificationError(f"{where}: no output leg; a switch stores nothing, so its result would be lost")
+        for tid in outs:
+            listed = set(transfers[tid].deps)
+            missing = [i for i in ins if i not in listed]
+            if missing:
+                raise VerificationError(
+                    f"transfer {tid}: an output leg of {where} must list every input leg of it among its deps "
+                    f"(the switch has the result only when the last input has arrived); missing {missing[:8]}", tid)
 
 
 def _buffer(slot: int | None, chunk: int) -> str:
@@ -325,6 +432,7 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
     depth = [0] * len(transfers)
     deepest = 0
 
+    with_legs = bool(schedule.switch_ops)
     for tid in order:
         t = transfers[tid]
         deps = t.deps
@@ -335,33 +443,54 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
             deepest = level
         chunk = t.chunk
         src_slot, dst_slot = t.src_scratch, t.dst_scratch
-        if src_slot is None:
+        if with_legs and t.from_switch is not None:
+            # an output leg: its source is the op's result, complete once every input (all among its deps) is in
+            held = value.get(-1 - t.from_switch, 0)
+            source = None
+        elif src_slot is None:
             source = t.src * num_ids + chunk
         else:
             source = scratch_base + src_slot * num_ranks + t.src
+        if source is None:
+            pass
+        elif with_legs and t.to_switch is not None:
+            _read_check(t, source, src_slot, value, holds, last_writer, listed, before)
+            _add_reader(readers, source, tid)
+            # an input leg: the switch combines what its inputs bring, in any order
+            into = -1 - t.to_switch
+            current = value.get(into, 0)
+            twice = current & value[source]
+            if twice:
+                counted = [r for r in range(num_ranks) if twice >> r & 1]
+                raise VerificationError(
+                    f"transfer {tid}: switch op {t.to_switch} would count the contribution of rank(s) {counted[:8]} "
+                    f"twice (its inputs overlap)", tid)
+            value[into] = current | value[source]
+            continue
         if dst_slot is None:
             target = t.dst * num_ids + chunk
         else:
             target = scratch_base + dst_slot * num_ranks + t.dst
-        held = value.get(source, 0)
-        writer = last_writer.get(source)
-        if writer is not None and not listed(writer) and not before(writer, tid):
-            raise VerificationError(
-                f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)} that transfer {writer} writes, but "
-                f"{writer} is not among its transitive deps (it may not have arrived yet)", tid)
-        if held == 0:
-            raise VerificationError(
-                f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)}, which it does not hold at that point",
-                tid)
-        if src_slot is not None and holds[source] != chunk:
-            raise VerificationError(
-                f"transfer {tid}: rank {t.src} sends chunk {chunk} from scratch slot {src_slot}, which holds chunk "
-                f"{holds[source]}", tid)
-        source_readers = readers.get(source)
-        if source_readers is None:
-            readers[source] = [tid]
-        else:
-            source_readers.append(tid)
+        if source is not None:
+            held = value.get(source, 0)
+            writer = last_writer.get(source)
+            if writer is not None and not listed(writer) and not before(writer, tid):
+                raise VerificationError(
+                    f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)} that transfer {writer} writes, but "
+                    f"{writer} is not among its transitive deps (it may not have arrived yet)", tid)
+            if held == 0:
+                raise VerificationError(
+                    f"transfer {tid}: rank {t.src} sends {_cell(src_slot, chunk)}, which it does not hold at that "
+                    f"point", tid)
+            if src_slot is not None and holds[source] != chunk:
+                raise VerificationError(
+                    f"transfer {tid}: rank {t.src} sends chunk {chunk} from scratch slot {src_slot}, which holds chunk "
+                    f"{holds[source]}", tid)
+            source_readers = readers.get(source)
+            if source_readers is None:
+                readers[source] = [tid]
+            else:
+                source_readers.append(tid)
 
         previous = last_writer.get(target)
         if previous is not None and not listed(previous) and not before(previous, tid):
@@ -404,6 +533,32 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
 
     _check_final(collective, value)
     return deepest
+
+
+def _read_check(t: Transfer, source: int, src_slot: int | None, value: dict[int, int], holds: dict[int, int],
+                last_writer: dict[int, int], listed: Callable[[int], bool], before: Callable[[int, int], bool]) -> None:
+    """The checks on what an input leg reads (the rules of any transfer's source)."""
+    chunk = t.chunk
+    writer = last_writer.get(source)
+    if writer is not None and not listed(writer) and not before(writer, t.id):
+        raise VerificationError(
+            f"transfer {t.id}: rank {t.src} sends {_cell(src_slot, chunk)} that transfer {writer} writes, but "
+            f"{writer} is not among its transitive deps (it may not have arrived yet)", t.id)
+    if value.get(source, 0) == 0:
+        raise VerificationError(
+            f"transfer {t.id}: rank {t.src} sends {_cell(src_slot, chunk)}, which it does not hold at that point", t.id)
+    if src_slot is not None and holds[source] != chunk:
+        raise VerificationError(
+            f"transfer {t.id}: rank {t.src} sends chunk {chunk} from scratch slot {src_slot}, which holds chunk "
+            f"{holds[source]}", t.id)
+
+
+def _add_reader(readers: dict[int, list[int]], cell: int, tid: int) -> None:
+    listed = readers.get(cell)
+    if listed is None:
+        readers[cell] = [tid]
+    else:
+        listed.append(tid)
 
 
 def _check_final(collective: Collective, value: dict[int, int]) -> None:
