@@ -114,6 +114,8 @@ register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ri
          variants=({}, {"scheduler": "themis"}))
 register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: max concurrent flow LP (GLOP), rounded to chunks",
          time_limited=True)
+register("nvls", "synth.algorithms.nvls:nvls", {AG, RS, AR, BC, RD}, "NVLink SHARP as NCCL runs it in one NVLink "
+         "domain: each chunk reduced (multimem.ld_reduce) and multicast (multimem.st) inside the switch")
 register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
          size_sensitive=True, slow=True, time_limited=True)
 
