@@ -391,3 +391,11 @@ def test_runs_after_a_killed_one_give_the_same_bytes(tmp_path):
             outputs.append({str(p.relative_to(target)): p.read_bytes() for p in sorted(target.rglob("*"))
                             if p.is_file()} if target.is_dir() else target.read_bytes())
         assert outputs[0] == outputs[1], args
+
+
+@pytest.mark.parametrize("value", ["1e300", "1e-300", "0"])
+def test_an_absurd_milp_epoch_is_refused(cli, tmp_path, value):
+    outcome = cli("generate", "ring:n=4", "-c", "allgather", "-a", "milp", "-O", f"epoch_us={value}", "-o",
+                  tmp_path / "m.json")
+    assert outcome.code == 2 and "epoch_us" in outcome.err and "Traceback" not in outcome.err
+    assert not (tmp_path / "m.json").exists()

@@ -285,6 +285,9 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         raise InputError("", "max_epochs", f"expected a positive integer, got {max_epochs!r}")
     if epoch_us is not None:
         _check_number(epoch_us, "epoch_us", positive=True)
+        if not MIN_EPOCH_US <= epoch_us <= MAX_EPOCH_US:
+            raise InputError("", "epoch_us", f"expected an epoch from {MIN_EPOCH_US:g} to {MAX_EPOCH_US:g} us "
+                             f"(1 ns to 1000 s), got {epoch_us!r}")
     settings = _Settings(size_bytes, plan_sketch, float(time_limit_s), seed, workers,
                          epoch_us if epoch_us is not None else plan_sketch.epoch_us, max_epochs, progress, cpsat,
                          routing)
@@ -319,6 +322,11 @@ class _Settings:
     def wall_seconds(self, budget: float) -> float:
         """The wall-clock cap of a solve with ``budget`` deterministic seconds (see the module notes)."""
         return max(budget, min(WALL_FACTOR * budget + WALL_SLACK_S, limits.solver_time_limit()))
+
+
+#: The epochs ``epoch_us`` may set (microseconds): 1 ns to 1000 s; outside, times overflow or round to nothing.
+MIN_EPOCH_US = 1e-3
+MAX_EPOCH_US = 1e9
 
 
 def _check_number(value: Any, name: str, positive: bool) -> None:
