@@ -27,7 +27,16 @@ limit                       default        what it bounds
                                            (gpus x directed links x log2 of the gpu count)
 ``max_tree_arcs``           20,000,000     arcs of a forest plan's trees (trees x (gpus - 1)), planned
                                            or read in the trees form (about 300 B each while planning)
+``max_memory_bytes``        3/4 of memory  memory a command may plan to use: three quarters of the least
+                                           of the machine's memory, the process's address-space and
+                                           data limits (``ulimit -v``, ``-d``) and its cgroup's
+                                           ``memory.max``; estimated before the work from what it is
+                                           about to build or read (:data:`BYTES_PER_TRANSFER`,
+                                           :data:`BYTES_PER_TREE_ARC`, :data:`BYTES_PER_INPUT_BYTE`)
 ==========================  =============  ===========================================================
+
+So a command asked for more than the machine can hold refuses in one line before allocating, with its
+estimate, instead of being killed for memory part way.
 
 An algorithm estimates what it is about to build and calls a ``check_*`` function before building it::
 
@@ -52,6 +61,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.collectives import Kind
@@ -68,12 +78,14 @@ class Limit:
     env: str
     unit: str
     ceiling: float = 1e15
+    #: Computes the default when it depends on the machine (then ``default`` is unused).
+    default_from: Callable[[], float] | None = None
 
     def value(self) -> float:
         """The limit in force: the environment override if set (validated), else the default."""
         text = os.environ.get(self.env)
         if text is None or not text.strip():
-            return self.default
+            return self.default_from() if self.default_from is not None else self.default
         if len(text) > 40:
             raise InputError(self.env, "", f"expected a number, got a text of {len(text)} characters")
         ascii_digits(text, self.env, "")
@@ -90,6 +102,51 @@ class Limit:
 
 #: 2^50 bytes: the largest message size accepted anywhere.
 PIB = 2**50
+#: Memory one transfer of a schedule costs while it is built, verified and written (measured: a direct
+#: alltoall of 999,000 transfers on ``switch:n=1000`` peaks at 1.44 GB through ``synth generate``).
+BYTES_PER_TRANSFER = 1_500
+#: Memory one tree arc costs while a forest is planned (see ``max_tree_arcs``).
+BYTES_PER_TREE_ARC = 300
+#: Memory per byte of a JSON document while it is parsed and checked (measured: a 20 MB schedule of
+#: 4.5 M deps peaks at 270 MB; documents of small numbers are the worst case).
+BYTES_PER_INPUT_BYTE = 16
+#: The share of the machine's memory (or of the process's limits) a command may plan to use.
+MEMORY_SHARE = 0.75
+
+
+def memory_available() -> float:
+    """The default of ``max_memory_bytes``: :data:`MEMORY_SHARE` of the least of physical memory, the
+    process's ``RLIMIT_AS`` and ``RLIMIT_DATA``, and its cgroup's ``memory.max`` (v2) or
+    ``memory.limit_in_bytes`` (v1), whichever are known.
+
+    Examples
+    --------
+    >>> memory_available() > 0
+    True
+    """
+    known: list[float] = []
+    try:
+        known.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        import resource
+
+        for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+            soft = resource.getrlimit(which)[0]
+            if soft != resource.RLIM_INFINITY and soft > 0:
+                known.append(float(soft))
+    except (ImportError, ValueError, OSError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as handle:
+                text = handle.read(64).strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < 2**60:
+            known.append(float(text))
+    return MEMORY_SHARE * min(known) if known else float(2**40)
 
 LIMITS: dict[str, Limit] = {
     limit.name: limit
@@ -107,6 +164,8 @@ LIMITS: dict[str, Limit] = {
         Limit("max_verify_steps", 200_000_000, "SYNTH_MAX_VERIFY_STEPS", "steps", 1e13),
         Limit("max_graph_work", 2_000_000_000, "SYNTH_MAX_GRAPH_WORK", "steps", 1e15),
         Limit("max_tree_arcs", 20_000_000, "SYNTH_MAX_TREE_ARCS", "tree arcs", 1e10),
+        Limit("max_memory_bytes", 0, "SYNTH_MAX_MEMORY_BYTES", "bytes of memory", 2**50,
+              default_from=memory_available),
     )
 }
 
@@ -143,8 +202,32 @@ def check(name: str, estimate: float, what: str, hint: str = "") -> None:
 
 
 def check_transfers(estimate: int, what: str, hint: str = "use fewer chunks or a smaller topology") -> None:
-    """Refuse a schedule estimated to have more than ``max_transfers`` transfers."""
+    """Refuse a schedule estimated to have more than ``max_transfers`` transfers, or to need more memory
+    than ``max_memory_bytes`` (:data:`BYTES_PER_TRANSFER` each)."""
     check("max_transfers", estimate, what, hint)
+    check_memory(estimate * BYTES_PER_TRANSFER, f"{what} ({_count(estimate)} transfers)", hint)
+
+
+def check_memory(estimate: float, what: str, hint: str = "") -> None:
+    """Refuse work estimated to need more than ``max_memory_bytes`` of memory.
+
+    Examples
+    --------
+    >>> check_memory(1000, "a small thing")
+    """
+    if estimate <= 0:
+        return
+    limit = LIMITS["max_memory_bytes"]
+    allowed = limit.value()
+    if estimate > allowed:
+        advice = f"; {hint}" if hint else ""
+        raise LimitError(f"{what} would need about {_gigabytes(estimate)} of memory, over the limit of "
+                         f"{_gigabytes(allowed)} ({limit.env}, by default 3/4 of the machine's or the process's "
+                         f"memory){advice}")
+
+
+def _gigabytes(number: float) -> str:
+    return f"{number / 1e9:,.1f} GB" if number >= 1e8 else f"{number / 1e6:,.1f} MB"
 
 
 def check_milp(variables: int, constraints: int, what: str,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from synth.collectives import Collective, Kind, parse_kind
-from synth.errors import InputError
+from synth.errors import InputError, excerpt
 from synth.topology import read_document
 
 FORMAT = "synth.schedule/2"
@@ -272,7 +272,8 @@ class Schedule:
             raise InputError(source, "", "expected a JSON object at the top level")
         fmt = data.get("format")
         if fmt not in READ_FORMATS:
-            raise InputError(source, "format", f"expected {FORMAT!r} (or the older {READ_FORMATS[0]!r}), got {fmt!r}")
+            raise InputError(source, "format", f"expected {FORMAT!r}, {SWITCH_FORMAT!r} (with switch ops) or the "
+                             f"older {READ_FORMATS[0]!r}, got {excerpt(repr(fmt))}")
         head = read_header(data, "transfers", source)
         collective, ranks = head.collective, head.ranks
         raw = data["transfers"]
@@ -300,7 +301,7 @@ class Schedule:
                     continue
                 if not _is_int(value) or not 0 <= value < upper:
                     leg = {"src": " (null only on an output leg: from_switch)",
-                           "dst": " (null only on an input leg: to_switch)"}.get(name, "")
+                           "dst": " (null only on an input leg: to_switch)"}.get(name, "") if value is None else ""
                     raise InputError(source, f"{where}.{name}", f"expected an integer in 0..{upper - 1}{leg}, got "
                                      f"{value!r}")
             if to_switch is not None and dst is not None or from_switch is not None and src is not None:

@@ -386,7 +386,11 @@ class Topology:
     ) -> Topology:
         """Build a topology from python lists: ``links`` are ``(src, dst, bandwidth[, latency])``;
         ``forwards`` marks every gpu as forwarding (see the module docstring); ``capabilities`` gives
-        switches their in-switch operations (:class:`SwitchCapabilities`)."""
+        switches their in-switch operations (:class:`SwitchCapabilities`). A topology over the rank limit
+        (:mod:`synth.limits`) is refused before anything is built."""
+        from synth import limits
+
+        limits.check_ranks(len(gpus), f"a topology of {len(gpus):,} gpus", hint="use a smaller topology")
         gpu_node: dict[str, Any] = {"type": GPU, "forwards": True} if forwards else {"type": GPU}
         data: dict[str, Any] = {
             "name": name,
@@ -795,6 +799,8 @@ def read_document(path: str | Path, max_bytes: int | None = None) -> Any:
         variable = "SYNTH_MAX_YAML_BYTES; use JSON for larger files" if yaml_file and size <= (
             max_bytes or limits.limit_value("max_input_bytes")) else "SYNTH_MAX_INPUT_BYTES"
         raise InputError(source, "", f"file is {size} bytes, more than the limit of {limit} ({variable})")
+    limits.check_memory(size * limits.BYTES_PER_INPUT_BYTE, f"reading {source} ({size:,} bytes)",
+                        hint="use a smaller file (or the trees form for a large forest schedule)")
     from synth.fileio import note_input
 
     note_input(path)  # an output may never be this file (synth.fileio.input_scope)
@@ -911,6 +917,13 @@ def check_document(data: Any, source: str, shared: bool = True, surrogates: bool
                 sizes.append(size)
                 depths.append(sub_depth)
                 continue
+            if isinstance(value, list) and value and _flat_and_clean(value, big, surrogates):
+                # a list of plain integers or of strings (deps, paths): checked in bulk, C-level scans
+                if shared:
+                    memo[key] = (1, 1 + len(value))
+                sizes.append(1 + len(value))
+                depths.append(1)
+                continue
             stack.append((value, path, depth, True))
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for name, item in items:
@@ -929,6 +942,26 @@ def check_document(data: Any, source: str, shared: bool = True, surrogates: bool
             _check_text(value, source, path)
         sizes.append(1)
         depths.append(0)
+
+
+def _flat_and_clean(values: list[Any], big: int, surrogates: bool) -> bool:
+    """True when ``values`` are all plain integers within ``big`` or all strings without unpaired surrogates
+    (nothing for :func:`check_document` to refuse in them); False sends them through the item-by-item walk,
+    which names the bad one."""
+    first = type(values[0])
+    if first is int:
+        return all(type(v) is int for v in values) and -big < min(values) and max(values) < big
+    if first is str:
+        if not all(type(v) is str for v in values):
+            return False
+        if not surrogates:
+            return True
+        try:
+            "".join(values).encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    return False
 
 
 def _check_text(text: str, source: str, path: tuple[Any, ...]) -> None:

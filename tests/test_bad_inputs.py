@@ -237,5 +237,5 @@ def test_too_many_ranks_is_refused(monkeypatch):
     from synth.errors import LimitError
 
     monkeypatch.setenv("SYNTH_MAX_RANKS", "16")
-    with pytest.raises(LimitError, match="ring allgather on 32 gpus would need 32 ranks, over the limit of 16"):
+    with pytest.raises(LimitError, match="a topology of 32 gpus would need 32 ranks, over the limit of 16"):
         synthesize(load_topology("ring:n=32"), "allgather", "ring")

@@ -70,7 +70,13 @@ def dimension_sizes(value: Any, what: str, lengths: Sequence[int] | None = None)
     return sizes
 
 
-def within_build_limits(nodes: int, links: int) -> None:
+def within_build_limits(nodes: int, links: int, gpus: int | None = None) -> None:
+    """Refuse, before building, a topology over the node or link limit, or (``gpus`` given) over the rank
+    limit of :mod:`synth.limits`."""
+    if gpus is not None:
+        from synth import limits
+
+        limits.check_ranks(gpus, f"a topology of {gpus:,} gpus", hint="use a smaller topology")
     if nodes > MAX_NODES:
         raise InputError("", "", f"this would build {nodes} nodes, more than the limit of {MAX_NODES}")
     if links > MAX_BUILD_LINKS:
@@ -97,7 +103,7 @@ def dimension_product(
         per_group = {"Ring": p if p > 2 else 1, "FullyConnected": p * (p - 1) // 2, "Switch": p}[kind]
         estimated += per_group * (total // p)
     switch_count = sum(total // p for kind, p in zip(kinds, sizes, strict=True) if kind == "Switch")
-    within_build_limits(total + switch_count, estimated)
+    within_build_limits(total + switch_count, estimated, gpus=total)
     gpus = [f"{gpu}{r}" for r in range(total)]
     switches: list[str] = []
     links: list[LinkSpec] = []
