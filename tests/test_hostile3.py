@@ -399,3 +399,46 @@ def test_an_absurd_milp_epoch_is_refused(cli, tmp_path, value):
                   tmp_path / "m.json")
     assert outcome.code == 2 and "epoch_us" in outcome.err and "Traceback" not in outcome.err
     assert not (tmp_path / "m.json").exists()
+
+
+# -------------------------------------------------------------------------------- 7. memory estimates
+def test_work_over_the_memory_limit_is_refused_before_it_starts(cli, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("SYNTH_MAX_MEMORY_BYTES", "200e6")
+    started = time.monotonic()
+    outcome = cli("generate", "switch:n=400", "-c", "alltoall", "-a", "direct", "-o", tmp_path / "a.json")
+    assert outcome.code == 2 and "Traceback" not in outcome.err, outcome.err
+    line = outcome.err.strip()
+    assert "\n" not in line and "of memory" in line and "SYNTH_MAX_MEMORY_BYTES" in line and len(line) < 400
+    assert time.monotonic() - started < 20 and not (tmp_path / "a.json").exists()
+
+
+def test_a_document_too_big_to_parse_in_memory_is_refused(cli, tmp_path, monkeypatch):
+    schedule = tmp_path / "s.json"
+    assert cli("generate", "ring:n=8", "-c", "allreduce", "-a", "ring", "-k", "512", "-o", schedule).code == 0
+    monkeypatch.setenv("SYNTH_MAX_MEMORY_BYTES", str(schedule.stat().st_size * 4))
+    outcome = cli("verify", schedule)
+    assert outcome.code == 2 and "of memory" in outcome.err and str(schedule) in outcome.err, outcome.err
+
+
+def test_a_topology_over_the_rank_limit_is_refused_before_it_is_built(cli):
+    import time
+
+    started = time.monotonic()
+    outcome = cli("show", "hypercube:d=16")  # 65,536 gpus and 1 M links if it were built
+    assert outcome.code == 2 and "SYNTH_MAX_RANKS" in outcome.err and time.monotonic() - started < 10
+
+
+def test_the_memory_default_follows_the_process_limit():
+    import resource
+
+    from synth import limits
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = 8 * 2**30 if hard == resource.RLIM_INFINITY else min(8 * 2**30, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        assert limits.memory_available() <= limits.MEMORY_SHARE * cap
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
