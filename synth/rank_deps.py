@@ -28,9 +28,14 @@ class NearestTouching:
     """
 
     def __init__(self, transfers: tuple) -> None:
+        from synth import limits
+
         self.transfers = transfers
         self._memo: dict[int, dict[int, frozenset[int]]] = {}  # rank -> transfer -> its nearest ones
         self._ends: tuple[list[int], list[int]] | None | bool = False  # False: not worked out yet
+        # the sets formed cost time and memory in proportion to their sizes: bounded like the verifier's search
+        self._work = 0
+        self._budget = limits.limit_value("max_verify_steps")
 
     def _forest_ends(self) -> tuple[list[int], list[int]] | None:
         """Per transfer, its nearest touching ancestor for its source and for its destination (-1: none),
@@ -73,6 +78,12 @@ class NearestTouching:
                 if not found <= union:
                     union = found if union <= found else union | found
             memo[tid] = union
+            self._work += len(deps) + len(union)
+            if self._work > self._budget:
+                from synth import limits
+
+                limits.check("max_verify_steps", self._work, f"working out which of the {len(transfers):,} "
+                             f"transfers each rank waits on", hint="give the transfers fewer, more direct deps")
         return memo[start]
 
     def answers_ends(self) -> bool:
@@ -94,6 +105,7 @@ class NearestTouching:
         found: set[int] = set()
         for dep in self.transfers[tid].deps:
             found |= self._near(dep, rank)
+        self._work += len(found)
         return sorted(found)
 
 

@@ -18,6 +18,10 @@ from synth.schedule import COPY, REDUCE, Schedule, Transfer
 from synth.topology import Topology
 from synth.trace import FORMAT, EtNode, EtProgram, decode_et_file
 
+#: Memory per byte of a trace set while it is decoded and imported (a decoded node object is about ten
+#: times its encoding).
+BYTES_PER_ET_BYTE = 16
+
 
 # ------------------------------------------------------------------------------------------ import
 def et_files(prefix: str | Path) -> tuple[Path, str, list[Path]]:
@@ -45,10 +49,20 @@ def et_files(prefix: str | Path) -> tuple[Path, str, list[Path]]:
 def read_et_set(prefix: str | Path) -> tuple[EtProgram, dict[str, Any], list[str]]:
     """Decode a trace set into an :class:`EtProgram`; returns it, rank 0's metadata and the file names."""
     _, _, files = et_files(prefix)
+    from synth import limits
+
+    total_bytes = sum(path.stat().st_size for path in files)
+    limits.check_memory(total_bytes * BYTES_PER_ET_BYTE, f"reading the trace set {prefix} ({len(files)} files, "
+                        f"{total_bytes:,} bytes)", hint="import a smaller trace set")
     nodes: list[list[EtNode]] = []
     metadata: dict[str, Any] = {}
+    comm_nodes = 0
     for rank, path in enumerate(files):
         decoded = decode_et_file(path)
+        comm_nodes += len(decoded.nodes)
+        # every transfer is at most a send and a receive: more nodes than twice the transfer limit cannot import
+        limits.check_transfers(comm_nodes // 2, f"the trace set {prefix} (at least {comm_nodes:,} nodes after "
+                               f"{rank + 1} of {len(files)} files)", hint="import a smaller trace set")
         if rank == 0:
             metadata = decoded.metadata
         for node in decoded.nodes:
