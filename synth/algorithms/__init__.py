@@ -116,6 +116,11 @@ register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: 
          time_limited=True)
 register("nvls", "synth.algorithms.nvls:nvls", {AG, RS, AR, BC, RD}, "NVLink SHARP as NCCL runs it in one NVLink "
          "domain: each chunk reduced (multimem.ld_reduce) and multicast (multimem.st) inside the switch")
+register("nvls_tree", "synth.algorithms.nvls_tree:nvls_tree", {AR}, "NCCL's NVLS-Tree across NVLink boxes: NVLS reduce "
+         "in each box, a double binary tree between the boxes over the NICs, NVLS multicast in each box")
+register("collnet", "synth.algorithms.collnet:collnet", {AR}, "NCCL's CollNet through IB SHARP switches: in-box NVLS, "
+         "direct or chain to one head per NIC, the rail switch reduces and multicasts (shape=auto|nvls|direct|chain)",
+         variants=({}, {"shape": "chain"}))
 register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
          size_sensitive=True, slow=True, time_limited=True)
 
