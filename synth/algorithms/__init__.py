@@ -97,8 +97,9 @@ def lookup(name: str, source: str = "", field: str = "algorithm") -> Algorithm:
 
 
 register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
-         "what NCCL 2.16 runs: rail-aware ring channels or its double binary tree, chosen with the protocol by "
-         "its tuning model at -O size=...", size_sensitive=True)
+         "what NCCL 2.23 runs (version=2.16: NCCL 2.16): rail-aware ring channels, its double binary tree, "
+         "NVLS, NVLS-Tree and CollNet where the switches reduce, chosen with the protocol by its tuning model "
+         "at -O size=...", size_sensitive=True)
 register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems",
          variants=({}, {"channels": 2}, {"channels": "auto"}))
 register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")

@@ -1,8 +1,10 @@
 """``nccl``: the schedule NCCL would run, chosen the way NCCL chooses it (the baseline of every comparison).
 
-Everything here follows NCCL v2.16.5-1 (github.com/NVIDIA/nccl, tag ``v2.16.5-1``: the last release before
-NVLS, and the one whose protocol latencies :mod:`synth.plan` uses), read for its rules only; no code
-is copied.
+Two NCCL releases are followed (github.com/NVIDIA/nccl), read for their rules only; no code is copied:
+``version="2.23"`` (the default) follows tag ``v2.23.4-1``, ``version="2.16"`` tag ``v2.16.5-1`` (the last
+release before NVLS, and the one whose protocol latencies :mod:`synth.plan` uses). The sections below
+describe 2.16.5; *NCCL 2.23.4* at the end says what that release changes and adds. The release is
+recorded in the schedule's ``params`` (``nccl_version`` and ``choice["version"]``).
 
 Channels (``src/graph/search.cc``, ``src/graph/connect.cc``)
     NCCL searches *ring graphs*: on a multi-box system every channel enters a box through a NIC and
@@ -40,12 +42,48 @@ Schedules
     (:func:`synth.algorithms.tree.nccl_tree_chunk_bytes`). Broadcast and reduce: a chain along every
     channel's ring from the root, one 512 KiB step (Simple) per chunk.
 
+NCCL 2.23.4 (``src/graph/tuning.cc``, ``src/enqueue.cc``, ``search.cc``, ``connect.cc``, ``transport/nvls.cc``)
+    *Tables*: ``baseLat``, the NVLink and NET ``hwLat`` rows, ``llMaxBws`` (Hopper row), the per-channel
+    LL128 caps of the ring and the tree, ``perChMaxTreeBws`` and the speed arrays of that release; no
+    Ampere cap; ring LL at half the bus bandwidth; no LL x 1.8 on several nodes; a multi-node ring's
+    per-step latency at least the network overhead (1 µs Intel, 2 µs AMD, x 3 for Simple); the
+    allreduce ring's inter-node steps 2(nodes - 1); the ring plateau x 1.4 (x 1.9 before Ampere) once
+    bytes / (channels x ranks) >= 64; the tree correction for allreduce only. Graphs are duplicated at
+    half speed from 25 GB/s, on Hopper only with at most 4 channels below 50 GB/s.
+    *New candidates*, in NCCL's order after tree and ring, Simple only, each enabled only where NCCL
+    would enable it: **CollNet Direct** and **CollNet Chain** (allreduce, only with CollNet support,
+    which here means a network switch with IB SHARP that reduces and multicasts for every rail of
+    every box, :func:`sharp_rails`; Direct also needs an NVSwitch in the box and at most 8 gpus per node):
+    bus bandwidth channels x intra speed, Direct divided by the gpus-per-NIC factor and x 0.85 on Hopper,
+    x 1/2; latency 2 (min(1, ppn - 1) x 3.7 + 0.4 (ppn - 1)) + 31 µs (Direct), 2 (ppn - 1) 2.8 + 30 µs
+    (Chain). **NVLS** (allreduce, and allgather / reduce-scatter on one node; on several nodes only with
+    CollNet support, where NCCL runs NVLS + SHARP): Hopper or later and a switch linking every gpu of
+    the box that reduces and multicasts (:func:`nvls_boxes`); bus bandwidth channels x min(intra, inter
+    speed), x 5/6 for allreduce (allgather / reduce-scatter bandwidth is not converted); latency 25 µs
+    (NVLink), + 18 µs on several nodes (14 at one gpu per node). **NVLS-Tree** (allreduce on several
+    nodes): bandwidth channels x min(intra, inter speed, halved on more than 2 nodes) x 5/6; latency
+    25 + 2 log2(nodes) x 14 µs. The NVLS graph: one channel per gpu on one node, one per NIC head on
+    several (at most 16), every gpu's link carrying C + C/G channels (the head pulls twice), the inter
+    speed raised towards twice the intra speed while the NIC allows (pass 2); the CollNet graph: one
+    channel per NIC head at the NIC's speed. NVLS and NVLS-Tree run on ``NCCL_NVLS_NCHANNELS`` = 16
+    channels. PAT (one gpu per node only) is not modelled. Blackwell (``dgx-b200``, ``gb200-nvl72``,
+    compute capability 10.0) reads the Hopper tables and has no LL128, as 2.23 treats it.
+    *Schedules*: NVLS on one node: :func:`synth.algorithms.nvls.nvls`, one chunk per rank (the channels
+    run the same pattern side by side; the evaluator streams each chunk); NVLS on several nodes (NVLS +
+    SHARP): :func:`synth.algorithms.collnet.collnet` ``shape="nvls"``; NVLS-Tree:
+    :func:`synth.algorithms.nvls_tree.nvls_tree`; CollNet Direct / Chain: ``collnet`` ``shape="direct"`` /
+    ``"chain"``; each relabelled ``nccl`` (``params["built_by"]`` names the builder).
+
 Options: ``size`` (bytes or ``"1MiB"``): the message size NCCL chooses for. Without it: the ring with
 Simple on every channel (NCCL's usual choice for large messages); the schedule records that no size was
 given. ``arch`` (``auto``, ``volta``, ``ampere``, ``hopper``): the gpu generation of NCCL's tables
-(``auto``: DGX-1, NDv2 and DGX-2 Volta, DGX A100 Ampere with AMD cpus, DGX H100 Hopper, anything else
-Volta, NCCL's own fallback). ``algo`` and ``proto`` force a choice, as ``NCCL_ALGO`` and
-``NCCL_PROTO`` do.
+(``auto``: DGX-1, NDv2 and DGX-2 Volta, DGX A100 Ampere with AMD cpus, DGX H100 / H200 and the DGX
+SuperPOD Hopper, DGX B200 and GB200 NVL72 Blackwell, anything else Volta, NCCL's own fallback). ``algo``
+and ``proto`` force a choice, as ``NCCL_ALGO`` and ``NCCL_PROTO`` do (``algo``: ``ring``, ``tree``, and
+from 2.23 ``nvls``, ``nvlstree``, ``collnet`` (Direct or Chain, whichever the model prefers),
+``collnet_direct``, ``collnet_chain``; a forced algorithm the release would not enable here is
+:class:`NotApplicable`). ``version``: ``2.23`` (default) or ``2.16``. Without a size, a forced in-switch
+algorithm is sized at 1 GiB.
 
 The schedule's ``params`` record the choice and why: ``choice`` (algorithm, protocol, channels,
 reason), ``model`` (every candidate's predicted latency, bandwidth and time), ``graph`` (the emulated
