@@ -830,7 +830,11 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
                   "(NCCL's usual choice for large messages)")
     else:
         at = size_bytes if size_bytes is not None else 1 << 30
-        best, every = choose(kind, machine, at, algorithm, protocol)
+        try:
+            best, every = choose(kind, machine, at, algorithm, protocol)
+        except NotApplicable as error:
+            why = _why_disabled(topology, kind, machine, algorithm)
+            raise NotApplicable(f"{error}{': ' + why if why else ''}") from None
         chosen_algorithm, chosen_protocol = best.algorithm, best.protocol
         channels = channels_at(machine, chosen_algorithm, chosen_protocol, at)
         runner_up = sorted((p for p in every if p.time_us is not None and p is not best),
@@ -850,6 +854,30 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
                       boxes, machine, params)
     return schedule
+
+
+def _why_disabled(topology: Topology, kind: Kind, machine: Machine, algorithm: str) -> str:
+    """Why NCCL would not enable the forced ``algorithm`` here ('' when the model says nothing more)."""
+    names = ALGO_CHOICES.get(algorithm, ())
+    reasons = []
+    if any(a in (NVLS, NVLS_TREE) for a in names):
+        if machine.nvls is None:
+            reasons.append(f"NVLS needs a Hopper or later gpu and an NVLink switch linking every gpu of the box that "
+                           f"{'reduces and multicasts' if kind == Kind.ALLREDUCE else 'serves ' + str(kind)} "
+                           f"({topology.name}: {machine.arch}, none)")
+        elif NVLS_TREE in names and machine.nodes == 1:
+            reasons.append("NVLS-Tree runs across nodes only (NCCL disables it on one node)")
+        elif NVLS in names and machine.nodes > 1:
+            reasons.append("NVLS on several nodes only with CollNet support (switches with IB SHARP), allreduce only")
+        if kind not in (Kind.ALLREDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER) or (NVLS_TREE in names and kind != Kind.ALLREDUCE):
+            reasons.append(f"NCCL runs no {algorithm} {kind}")
+    if any(a in (COLLNET_DIRECT, COLLNET_CHAIN) for a in names):
+        if machine.collnet is None:
+            reasons.append("CollNet needs several boxes with NICs whose network switches reduce and multicast "
+                           "(IB SHARP) for every rail, and allreduce")
+        elif COLLNET_DIRECT in names and not machine.collnet_direct:
+            reasons.append("CollNet Direct needs an NVSwitch in the box and at most 8 gpus per node")
+    return "; ".join(reasons)
 
 
 def _build_in_switch(topology: Topology, kind: Kind, root: int | None, algorithm: str,
