@@ -356,7 +356,10 @@ def tuning_table(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[fl
 def _tuning_table_223(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[float, float]]:
     """``ncclTopoTuneModel`` of v2.23.4 (see the module docstring): the algorithms NCCL would enable here
     only (NVLS with an NVLS graph; NVLS on several nodes, CollNet Direct and Chain with CollNet support;
-    NVLS-Tree on several nodes); NVLS, NVLS-Tree and CollNet with Simple only."""
+    NVLS-Tree on several nodes); NVLS, NVLS-Tree and CollNet with Simple only.
+
+    Longer than the house limit: one loop that follows ``ncclTopoTuneModel``'s rule by rule, in its order,
+    so that it reads against tuning.cc line for line."""
     n, nodes = machine.ranks, machine.nodes
     ppn = n / nodes
     allreduce = kind == Kind.ALLREDUCE
@@ -783,7 +786,6 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     if algorithm == TREE and kind != Kind.ALLREDUCE:
         raise NotApplicable(f"NCCL's tree does only allreduce, not {kind}")
     gpu, cpu = detect_arch(topology, arch)
-    n = topology.num_ranks
     params: dict[str, Any] = {"nccl_version": release, "size": size_bytes, "arch": gpu}
     if kind == Kind.ALLTOALL:
         if root is not None:
@@ -792,35 +794,12 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
             raise NotApplicable(f"NCCL runs alltoall as send/receive, not {algorithm}")
         return _alltoall(topology, size_bytes, protocol, params)
 
-    count = auto_channels(topology)
-    rings = channel_rings(topology, count)
-    boxes = box_groups(topology)
-    ring_graph, tree_graph = emulate_graphs(topology, rings, boxes, gpu, key)
-    nodes = len(boxes) if boxes else 1
-    nvls_graph = collnet_graph = None
-    nvls_switches = rails = None
-    collnet_direct = False
-    if key != "2.16":
-        nvls_switches = nvls_boxes(topology, boxes, kind, gpu)
-        if nvls_switches is not None:
-            nvls_graph = emulate_nvls_graph(topology, boxes, nvls_switches, gpu, key)
-        rails = sharp_rails(topology) if kind == Kind.ALLREDUCE else None
-        if rails is not None:
-            assert boxes is not None
-            heads = sorted(rails)
-            pairs = paths_for(topology, [(boxes[0][h], boxes[1][h]) for h in heads])
-            nic = min(min(topology.bandwidth(*hop) for hop in zip(path, path[1:], strict=False))
-                      for path in pairs.values())
-            speed = _quantize(nic, speed_table(nodes, gpu, key))
-            collnet_graph = Graph(min(MAX_GRAPH_CHANNELS, len(heads)), speed, speed, same_channels=False)
-            collnet_direct = n // nodes <= MAX_DIRECT_LOCAL_RANKS and any(
-                all(topology.graph.has_edge(s_, topology.gpus[r]) for r in boxes[0]) for s_ in topology.switches)
-    machine = Machine(n, nodes, gpu, cpu, ring_graph, tree_graph, key, nvls_graph, collnet_graph, collnet_direct)
-    graph_params: dict[str, Any] = {"rings": len(rings), "ring": ring_graph.to_dict(), "tree": tree_graph.to_dict()}
-    if nvls_graph is not None:
-        graph_params["nvls"] = nvls_graph.to_dict()
-    if collnet_graph is not None:
-        graph_params["collnet"] = collnet_graph.to_dict()
+    machine, rings, boxes, nvls_switches = _machine(topology, kind, gpu, cpu, key)
+    graph_params: dict[str, Any] = {"rings": len(rings), "ring": machine.ring.to_dict(), "tree": machine.tree.to_dict()}
+    if machine.nvls is not None:
+        graph_params["nvls"] = machine.nvls.to_dict()
+    if machine.collnet is not None:
+        graph_params["collnet"] = machine.collnet.to_dict()
     params.update(nodes=machine.nodes, graph=graph_params)
     if size_bytes is None and algorithm in ("auto", RING, TREE):
         chosen_algorithm = RING if algorithm == "auto" else algorithm
@@ -854,6 +833,38 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
                       boxes, machine, params)
     return schedule
+
+
+def _machine(topology: Topology, kind: Kind, gpu: str, cpu: str,
+             key: str) -> tuple[Machine, list[list[int]], list[list[int]] | None, list[str] | None]:
+    """The machine NCCL's model sees (its emulated graphs; from 2.23 the NVLS and CollNet graphs where
+    supported), the channel rings, the boxes, and the boxes' NVLS switches (None: no NVLS)."""
+    n = topology.num_ranks
+    rings = channel_rings(topology, auto_channels(topology))
+    boxes = box_groups(topology)
+    ring_graph, tree_graph = emulate_graphs(topology, rings, boxes, gpu, key)
+    nodes = len(boxes) if boxes else 1
+    nvls_graph = collnet_graph = None
+    nvls_switches = rails = None
+    collnet_direct = False
+    if key != "2.16":
+        nvls_switches = nvls_boxes(topology, boxes, kind, gpu)
+        if nvls_switches is not None:
+            nvls_graph = emulate_nvls_graph(topology, boxes, nvls_switches, gpu, key)
+        rails = sharp_rails(topology) if kind == Kind.ALLREDUCE else None
+        if rails is not None:
+            assert boxes is not None
+            heads = sorted(rails)
+            pairs = paths_for(topology, [(boxes[0][h], boxes[1][h]) for h in heads])
+            nic = min(min(topology.bandwidth(*hop) for hop in zip(path, path[1:], strict=False))
+                      for path in pairs.values())
+            speed = _quantize(nic, speed_table(nodes, gpu, key))
+            collnet_graph = Graph(min(MAX_GRAPH_CHANNELS, len(heads)), speed, speed, same_channels=False)
+            collnet_direct = n // nodes <= MAX_DIRECT_LOCAL_RANKS and any(
+                all(topology.graph.has_edge(switch, topology.gpus[r]) for r in boxes[0])
+                for switch in topology.switches)
+    machine = Machine(n, nodes, gpu, cpu, ring_graph, tree_graph, key, nvls_graph, collnet_graph, collnet_direct)
+    return machine, rings, boxes, nvls_switches
 
 
 def _why_disabled(topology: Topology, kind: Kind, machine: Machine, algorithm: str) -> str:
