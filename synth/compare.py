@@ -178,12 +178,11 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
     >>> from synth.library import load_topology
     >>> baseline_description(load_topology("torus:dims=3x3")).split(";")[1][:50]
     ' torus:dims=3x3 has no NVLink boxes with NIC rails'
-    >>> baseline_description(load_topology("dgx-h100"), version="2.16")[:30]
-    'nccl: what NCCL 2.16.5-1 would'
+    >>> baseline_description(load_topology("dgx-h100"), version="2.16")[:26]
+    'nccl: what NCCL 2.16 would'
     """
     from synth.algorithms.nccl import (
         DEFAULT_VERSION,
-        RELEASES,
         detect_arch,
         nvls_boxes,
         parse_version,
@@ -195,7 +194,7 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
     if name != "nccl":
         return f"{name}: NCCL's ring (nccl does not apply here)"
     key = parse_version(version if version is not None else DEFAULT_VERSION)
-    release = RELEASES[key]
+    release = key  # "2.23": the full tag (RELEASES[key]) is in the schedule's params
     boxes = box_groups(topology)
     extras = []
     if key != "2.16":

@@ -162,6 +162,6 @@ def test_nccl_nvls_allgather_on_one_node_and_no_nvls_without_capabilities():
 def test_cli_style_version_option_and_baseline_description():
     topo = load_topology("dgx-h100")
     assert synthesize(topo, Kind.ALLREDUCE, "nccl", size="1GiB", version=2.16).params["choice"]["algorithm"] == "ring"
-    assert "NCCL 2.23.4-1" in baseline_description(topo) and "NVLS" in baseline_description(topo)
-    assert "NCCL 2.16.5-1" in baseline_description(topo, version="2.16")
+    assert "NCCL 2.23 would run" in baseline_description(topo) and "NVLS" in baseline_description(topo)
+    assert "NCCL 2.16 would run" in baseline_description(topo, version="2.16")
     assert "CollNet" in baseline_description(load_topology(SUPERPOD))

@@ -526,6 +526,8 @@ def channels_at(machine: Machine, algorithm: str, protocol: str, size: int) -> i
     if algorithm == RING and protocol == SIMPLE and graph.bw_intra * graph.channels <= PCI_BW:
         threads = 256
     threshold = THREAD_THRESHOLD[protocol] * (machine.ranks if algorithm == RING and protocol == LL else 1)
+    if algorithm in (COLLNET_DIRECT, COLLNET_CHAIN):  # 2.23: 640 threads (NCCL_MAX_NTHREADS), threshold 512
+        threads, threshold = 640, 512
     while size < channels * threads * threshold:
         if channels >= 2:
             channels -= 1
