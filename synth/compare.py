@@ -166,25 +166,50 @@ def speedup(row: Row, baseline: Row | None) -> float | None:
     return baseline.time_s / row.time_s
 
 
-def baseline_description(topology: Topology, name: str = "nccl") -> str:
-    """One line saying what the baseline ``name`` runs on ``topology`` (NCCL's rail-aware rings and
-    double binary tree on NVLink boxes with NICs; NCCL's ring elsewhere, e.g. a torus).
+def baseline_description(topology: Topology, name: str = "nccl", version: str | None = None) -> str:
+    """One line saying what the baseline ``name`` runs on ``topology``, naming the NCCL release
+    (``version``: the ``nccl`` option, default :data:`synth.algorithms.nccl.DEFAULT_VERSION`): NCCL's
+    rail-aware rings and double binary tree on NVLink boxes with NICs, NVLS and NVLS-Tree where the boxes'
+    NVLink switches reduce and multicast, CollNet where the network switches do (IB SHARP); NCCL's ring
+    elsewhere, e.g. a torus.
 
     Examples
     --------
     >>> from synth.library import load_topology
     >>> baseline_description(load_topology("torus:dims=3x3")).split(";")[1][:50]
     ' torus:dims=3x3 has no NVLink boxes with NIC rails'
+    >>> baseline_description(load_topology("dgx-h100"), version="2.16")[:26]
+    'nccl: what NCCL 2.16 would'
     """
+    from synth.algorithms.nccl import (
+        DEFAULT_VERSION,
+        detect_arch,
+        nvls_boxes,
+        parse_version,
+        sharp_rails,
+    )
     from synth.algorithms.ring import box_groups
+    from synth.collectives import Kind
 
     if name != "nccl":
         return f"{name}: NCCL's ring (nccl does not apply here)"
-    if box_groups(topology):
-        return ("nccl: what NCCL 2.16 would run: rail-aware ring channels or its double binary tree, and the "
-                "protocol, chosen per size by its tuning model")
-    return (f"nccl: what NCCL 2.16 would run; {topology.name} has no NVLink boxes with NIC rails, so that is "
-            "NCCL's ring (and, for allreduce, its tree) over the fabric, protocol by its tuning model")
+    key = parse_version(version if version is not None else DEFAULT_VERSION)
+    release = key  # "2.23": the full tag (RELEASES[key]) is in the schedule's params
+    boxes = box_groups(topology)
+    extras = []
+    if key != "2.16":
+        if nvls_boxes(topology, boxes, Kind.ALLREDUCE, detect_arch(topology, "auto")[0]) is not None:
+            extras.append("NVLS in the NVLink switch" if not boxes else
+                          "NVLS in the boxes' NVLink switches with NVLS-Tree between the boxes")
+        if sharp_rails(topology) is not None:
+            extras.append("CollNet through the SHARP switches")
+    also = "".join(f", {extra}" for extra in extras)
+    if boxes:
+        return (f"nccl: what NCCL {release} would run: rail-aware ring channels or its double binary tree{also}, "
+                "and the protocol, chosen per size by its tuning model")
+    return (f"nccl: what NCCL {release} would run; {topology.name} has no NVLink boxes with NIC rails, so that is "
+            f"NCCL's ring (and, for allreduce, its tree) over the fabric{' or ' + ', '.join(extras) if extras else ''}, "
+            "protocol by its tuning model")
 
 
 def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], algorithms: Iterable[str] | None = None,

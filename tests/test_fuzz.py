@@ -169,7 +169,8 @@ def _call(topology: Topology, kind: Kind, name: str, **options):
 MAX_REFUSED_SHARE = 0.25
 #: Algorithms that need structure random topologies lack: where no example applied, they must build a
 #: verified schedule on this topology instead (so "not applicable" everywhere cannot hide a broken one).
-STRUCTURED = {"multidim": "torus:dims=2x3", "hierarchical": "ndv2:boxes=2", "nvls": "dgx-h100"}
+STRUCTURED = {"multidim": "torus:dims=2x3", "hierarchical": "ndv2:boxes=2", "nvls": "dgx-h100",
+              "nvls_tree": "dgx-h100:boxes=2", "collnet": "dgx-superpod:sus=1,nodes_per_su=4,sharp=true"}
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))

@@ -211,10 +211,10 @@ def test_tree_algorithm_picks_its_chunk_count_from_the_size():
 # ------------------------------------------------------------------------------------ tuning model
 def test_graph_emulation_on_dgx1_and_2_dgx_a100():
     dgx1 = load_topology("dgx1")
-    ring, tree = emulate_graphs(dgx1, channel_rings(dgx1, "auto"), None, "volta")
+    ring, tree = emulate_graphs(dgx1, channel_rings(dgx1, "auto"), None, "volta", "2.16")
     assert (ring.channels, ring.bw_intra, tree.bw_intra) == (6, 22.0, 22.0)  # 25 GB/s links -> speed 22
     a100 = load_topology("dgx-a100:boxes=2")
-    ring, tree = emulate_graphs(a100, channel_rings(a100, "auto"), box_groups(a100), "ampere")
+    ring, tree = emulate_graphs(a100, channel_rings(a100, "auto"), box_groups(a100), "ampere", "2.16")
     assert (ring.channels, ring.bw_intra, ring.bw_inter) == (8, 24.0, 24.0)  # a 25 GB/s NIC per channel
     # trees: intra-box speed raised 24 -> 28 -> 30 (300/7 GB/s per channel on NVSwitch), then doubled
     assert (tree.channels, tree.bw_intra, tree.bw_inter) == (16, 15.0, 12.0)
@@ -226,7 +226,7 @@ def test_choice_matches_hand_computed_tuning_cc_on_dgx1():
     LL: 3.6 + 7 x 0.47 + 2^20 / (1000 x min(39, 132/3) x 8/7) = 30.416 µs;
     LL128: 10 + 7 x 1.9 + 2^20 / (1000 x min(132 x 0.92, 20 x 6) x 8/7) = 30.946 µs. LL wins."""
     topo = load_topology("dgx1")
-    schedule = nccl(topo, Kind.ALLGATHER, size=MIB)
+    schedule = nccl(topo, Kind.ALLGATHER, size=MIB, version="2.16")
     model = schedule.params["model"]
     assert model["ring/Simple"]["time_us"] == pytest.approx(8.4 + 7 * 3.4 + MIB / (1000 * 132 * 8 / 7), rel=1e-5)
     assert model["ring/LL"]["time_us"] == pytest.approx(3.6 + 7 * 0.47 + MIB / (1000 * 39 * 8 / 7), rel=1e-5)
@@ -243,7 +243,7 @@ def test_choice_matches_hand_computed_tuning_cc_on_2_dgx_a100():
     Tree Simple: busBw min(16 x 15 = 240 -> 235 (Ampere cap)) x 0.92, under 16 x 23.6, algbw x 1/2;
     latency 2 x (7 x 28 + 1 x 28). The tree wins."""
     topo = load_topology("dgx-a100:boxes=2")
-    schedule = nccl(topo, Kind.ALLREDUCE, size=GIB)
+    schedule = nccl(topo, Kind.ALLREDUCE, size=GIB, version="2.16")
     model = schedule.params["model"]
     ring = (8.4 + 26 * 3.4 + 4 * 9.6) * 1.9 + GIB / (1000 * 192 * 16 / 30)
     tree = 2 * (7 * 28 + 28) + GIB / (1000 * 235 * 0.92 * 0.5)
@@ -253,14 +253,14 @@ def test_choice_matches_hand_computed_tuning_cc_on_2_dgx_a100():
     assert schedule.params["choice"]["protocol"] == "Simple"
     # at 1 KiB: tree LL, latency 4.4 + 2 x (7 x 0.52 x 1.8 + 5.0), bandwidth min(216.2 / 3.8, 22.5) / 2,
     # scaled by treeCorrectionFactor[LL][log2(1024 / 64) = 4] = 0.9
-    small = nccl(topo, Kind.ALLREDUCE, size=KIB)
+    small = nccl(topo, Kind.ALLREDUCE, size=KIB, version="2.16")
     expected = 4.4 + 2 * (7 * 0.52 * 1.8 + 5.0) + KIB / (1000 * min(235 * 0.92 / 3.8, 22.5) * 0.5 * 0.9)
     assert small.params["model"]["tree/LL"]["time_us"] == pytest.approx(expected, rel=1e-5)
     assert small.params["choice"]["algorithm"] == "tree" and small.params["choice"]["protocol"] == "LL"
 
 
 def test_choice_is_the_least_predicted_time_and_protocols_follow_size():
-    machine = Machine(16, 2, "ampere", "amd", Graph(8, 24.0, 24.0, False), Graph(16, 15.0, 12.0, False))
+    machine = Machine(16, 2, "ampere", "amd", Graph(8, 24.0, 24.0, False), Graph(16, 15.0, 12.0, False), "2.16")
     chosen = {}
     for size in (KIB, 64 * KIB, MIB, 16 * MIB, GIB):
         best, every = choose(Kind.ALLGATHER, machine, size)

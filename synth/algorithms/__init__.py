@@ -97,8 +97,9 @@ def lookup(name: str, source: str = "", field: str = "algorithm") -> Algorithm:
 
 
 register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
-         "what NCCL 2.16 runs: rail-aware ring channels or its double binary tree, chosen with the protocol by "
-         "its tuning model at -O size=...", size_sensitive=True)
+         "what NCCL 2.23 runs (version=2.16: NCCL 2.16): rail-aware ring channels, its double binary tree, "
+         "NVLS, NVLS-Tree and CollNet where the switches reduce, chosen with the protocol by its tuning model "
+         "at -O size=...", size_sensitive=True)
 register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems",
          variants=({}, {"channels": 2}, {"channels": "auto"}))
 register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")
@@ -116,6 +117,11 @@ register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: 
          time_limited=True)
 register("nvls", "synth.algorithms.nvls:nvls", {AG, RS, AR, BC, RD}, "NVLink SHARP as NCCL runs it in one NVLink "
          "domain: each chunk reduced (multimem.ld_reduce) and multicast (multimem.st) inside the switch")
+register("nvls_tree", "synth.algorithms.nvls_tree:nvls_tree", {AR}, "NCCL's NVLS-Tree across NVLink boxes: NVLS reduce "
+         "in each box, a double binary tree between the boxes over the NICs, NVLS multicast in each box")
+register("collnet", "synth.algorithms.collnet:collnet", {AR}, "NCCL's CollNet through IB SHARP switches: in-box NVLS, "
+         "direct or chain to one head per NIC, the rail switch reduces and multicasts (shape=auto|nvls|direct|chain)",
+         variants=({}, {"shape": "chain"}))
 register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
          size_sensitive=True, slow=True, time_limited=True)
 

@@ -1,8 +1,10 @@
 """``nccl``: the schedule NCCL would run, chosen the way NCCL chooses it (the baseline of every comparison).
 
-Everything here follows NCCL v2.16.5-1 (github.com/NVIDIA/nccl, tag ``v2.16.5-1``: the last release before
-NVLS, and the one whose protocol latencies :mod:`synth.plan` uses), read for its rules only; no code
-is copied.
+Two NCCL releases are followed (github.com/NVIDIA/nccl), read for their rules only; no code is copied:
+``version="2.23"`` (the default) follows tag ``v2.23.4-1``, ``version="2.16"`` tag ``v2.16.5-1`` (the last
+release before NVLS, and the one whose protocol latencies :mod:`synth.plan` uses). The sections below
+describe 2.16.5; *NCCL 2.23.4* at the end says what that release changes and adds. The release is
+recorded in the schedule's ``params`` (``nccl_version`` and ``choice["version"]``).
 
 Channels (``src/graph/search.cc``, ``src/graph/connect.cc``)
     NCCL searches *ring graphs*: on a multi-box system every channel enters a box through a NIC and
@@ -40,12 +42,48 @@ Schedules
     (:func:`synth.algorithms.tree.nccl_tree_chunk_bytes`). Broadcast and reduce: a chain along every
     channel's ring from the root, one 512 KiB step (Simple) per chunk.
 
+NCCL 2.23.4 (``src/graph/tuning.cc``, ``src/enqueue.cc``, ``search.cc``, ``connect.cc``, ``transport/nvls.cc``)
+    *Tables*: ``baseLat``, the NVLink and NET ``hwLat`` rows, ``llMaxBws`` (Hopper row), the per-channel
+    LL128 caps of the ring and the tree, ``perChMaxTreeBws`` and the speed arrays of that release; no
+    Ampere cap; ring LL at half the bus bandwidth; no LL x 1.8 on several nodes; a multi-node ring's
+    per-step latency at least the network overhead (1 µs Intel, 2 µs AMD, x 3 for Simple); the
+    allreduce ring's inter-node steps 2(nodes - 1); the ring plateau x 1.4 (x 1.9 before Ampere) once
+    bytes / (channels x ranks) >= 64; the tree correction for allreduce only. Graphs are duplicated at
+    half speed from 25 GB/s, on Hopper only with at most 4 channels below 50 GB/s.
+    *New candidates*, in NCCL's order after tree and ring, Simple only, each enabled only where NCCL
+    would enable it: **CollNet Direct** and **CollNet Chain** (allreduce, only with CollNet support,
+    which here means a network switch with IB SHARP that reduces and multicasts for every rail of
+    every box, :func:`sharp_rails`; Direct also needs an NVSwitch in the box and at most 8 gpus per node):
+    bus bandwidth channels x intra speed, Direct divided by the gpus-per-NIC factor and x 0.85 on Hopper,
+    x 1/2; latency 2 (min(1, ppn - 1) x 3.7 + 0.4 (ppn - 1)) + 31 µs (Direct), 2 (ppn - 1) 2.8 + 30 µs
+    (Chain). **NVLS** (allreduce, and allgather / reduce-scatter on one node; on several nodes only with
+    CollNet support, where NCCL runs NVLS + SHARP): Hopper or later and a switch linking every gpu of
+    the box that reduces and multicasts (:func:`nvls_boxes`); bus bandwidth channels x min(intra, inter
+    speed), x 5/6 for allreduce (allgather / reduce-scatter bandwidth is not converted); latency 25 µs
+    (NVLink), + 18 µs on several nodes (14 at one gpu per node). **NVLS-Tree** (allreduce on several
+    nodes): bandwidth channels x min(intra, inter speed, halved on more than 2 nodes) x 5/6; latency
+    25 + 2 log2(nodes) x 14 µs. The NVLS graph: one channel per gpu on one node, one per NIC head on
+    several (at most 16), every gpu's link carrying C + C/G channels (the head pulls twice), the inter
+    speed raised towards twice the intra speed while the NIC allows (pass 2); the CollNet graph: one
+    channel per NIC head at the NIC's speed. NVLS and NVLS-Tree run on ``NCCL_NVLS_NCHANNELS`` = 16
+    channels. PAT (one gpu per node only) is not modelled. Blackwell (``dgx-b200``, ``gb200-nvl72``,
+    compute capability 10.0) reads the Hopper tables and has no LL128, as 2.23 treats it.
+    *Schedules*: NVLS on one node: :func:`synth.algorithms.nvls.nvls`, one chunk per rank (the channels
+    run the same pattern side by side; the evaluator streams each chunk); NVLS on several nodes (NVLS +
+    SHARP): :func:`synth.algorithms.collnet.collnet` ``shape="nvls"``; NVLS-Tree:
+    :func:`synth.algorithms.nvls_tree.nvls_tree`; CollNet Direct / Chain: ``collnet`` ``shape="direct"`` /
+    ``"chain"``; each relabelled ``nccl`` (``params["built_by"]`` names the builder).
+
 Options: ``size`` (bytes or ``"1MiB"``): the message size NCCL chooses for. Without it: the ring with
 Simple on every channel (NCCL's usual choice for large messages); the schedule records that no size was
 given. ``arch`` (``auto``, ``volta``, ``ampere``, ``hopper``): the gpu generation of NCCL's tables
-(``auto``: DGX-1, NDv2 and DGX-2 Volta, DGX A100 Ampere with AMD cpus, DGX H100 Hopper, anything else
-Volta, NCCL's own fallback). ``algo`` and ``proto`` force a choice, as ``NCCL_ALGO`` and
-``NCCL_PROTO`` do.
+(``auto``: DGX-1, NDv2 and DGX-2 Volta, DGX A100 Ampere with AMD cpus, DGX H100 / H200 and the DGX
+SuperPOD Hopper, DGX B200 and GB200 NVL72 Blackwell, anything else Volta, NCCL's own fallback). ``algo``
+and ``proto`` force a choice, as ``NCCL_ALGO`` and ``NCCL_PROTO`` do (``algo``: ``ring``, ``tree``, and
+from 2.23 ``nvls``, ``nvlstree``, ``collnet`` (Direct or Chain, whichever the model prefers),
+``collnet_direct``, ``collnet_chain``; a forced algorithm the release would not enable here is
+:class:`NotApplicable`). ``version``: ``2.23`` (default) or ``2.16``. Without a size, a forced in-switch
+algorithm is sized at 1 GiB.
 
 The schedule's ``params`` record the choice and why: ``choice`` (algorithm, protocol, channels,
 reason), ``model`` (every candidate's predicted latency, bandwidth and time), ``graph`` (the emulated
@@ -86,13 +124,24 @@ from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule
 from synth.topology import Topology
 
-#: The NCCL release these rules follow.
-NCCL_VERSION = "2.16.5-1"
+#: The NCCL releases these rules follow, by ``version`` option; the first is the default.
+RELEASES = {"2.23": "2.23.4-1", "2.16": "2.16.5-1"}
+DEFAULT_VERSION = "2.23"
+#: The default release's full tag.
+NCCL_VERSION = RELEASES[DEFAULT_VERSION]
 
 RING, TREE = "ring", "tree"
+COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE = "collnet_direct", "collnet_chain", "nvls", "nvlstree"
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
-ALGORITHMS = (TREE, RING)  # NCCL's order: ties go to the first
+ALGORITHMS = (TREE, RING)  # NCCL 2.16's order: ties go to the first
+#: NCCL 2.23's order (``NCCL_ALGO_*``; PAT, for one gpu per node only, is not modelled)
+ALGORITHMS_223 = (TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE)
+#: ``algo=`` values and the algorithms of the model each allows
+ALGO_CHOICES = {RING: (RING,), TREE: (TREE,), NVLS: (NVLS,), NVLS_TREE: (NVLS_TREE,), "nvls_tree": (NVLS_TREE,),
+                "collnet": (COLLNET_DIRECT, COLLNET_CHAIN), COLLNET_DIRECT: (COLLNET_DIRECT,),
+                COLLNET_CHAIN: (COLLNET_CHAIN,), "collnetdirect": (COLLNET_DIRECT,),
+                "collnetchain": (COLLNET_CHAIN,)}
 
 # tuning.cc (v2.16.5): latencies in µs, bandwidths in GB/s
 BASE_LATENCY = {TREE: {LL: 4.4, LL128: 4.4, SIMPLE: 0.0}, RING: {LL: 3.6, LL128: 10.0, SIMPLE: 8.4}}
@@ -110,6 +159,33 @@ TREE_CORRECTION = {
     LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
     SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
+# tuning.cc (v2.23.4): latencies in µs (NVLS's base latency is replaced by its NVLink latency)
+BASE_LATENCY_223 = {TREE: {LL: 6.8, LL128: 14.0, SIMPLE: 8.4}, RING: {LL: 6.6, LL128: 14.0, SIMPLE: 8.4},
+                    COLLNET_DIRECT: {SIMPLE: 0.0}, COLLNET_CHAIN: {SIMPLE: 0.0}, NVLS: {SIMPLE: 0.0},
+                    NVLS_TREE: {SIMPLE: 0.0}}
+NVLINK_LATENCY_223 = {TREE: {LL: 0.6, LL128: 1.25, SIMPLE: 4.0}, RING: {LL: 0.6, LL128: 1.9, SIMPLE: 3.4},
+                      COLLNET_DIRECT: {SIMPLE: 3.7}, COLLNET_CHAIN: {SIMPLE: 2.8}, NVLS: {SIMPLE: 25.0},
+                      NVLS_TREE: {SIMPLE: 25.0}}
+NET_LATENCY_223 = {TREE: {LL: 5.0, LL128: 8.5, SIMPLE: 14.0}, RING: {LL: 2.7, LL128: 4.0, SIMPLE: 14.0},
+                   COLLNET_DIRECT: {SIMPLE: 31.0}, COLLNET_CHAIN: {SIMPLE: 30.0}, NVLS: {SIMPLE: 18.0},
+                   NVLS_TREE: {SIMPLE: 14.0}}
+LL_MAX_BW_223 = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0))
+PER_CHANNEL_MAX_RING_LL128_BW_223 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7))
+PER_CHANNEL_MAX_TREE_LL128_BW_223 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0))
+PER_CHANNEL_MAX_TREE_BW_223 = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0))
+#: getNetOverhead (µs) by cpu vendor; x3 for Simple
+NET_OVERHEAD = {"intel": 1.0, "amd": 2.0}
+#: NCCL_NVLS_NCHANNELS: the channels an NVLS or NVLS-Tree operation uses (``src/transport/nvls.cc``)
+NVLS_CHANNELS = 16
+#: NCCL_MAX_DIRECT_ARITY + 1: CollNet Direct serves at most this many gpus per node
+MAX_DIRECT_LOCAL_RANKS = 8
+# search.cc (v2.23.4)
+SPEEDS_INTRA_223 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+SPEEDS_INTER_223 = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2,
+                    0.24, 0.12)
+SM90_SPEEDS_INTRA_223 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+SM90_SPEEDS_INTER_223 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
+                         0.24, 0.12)
 # search.cc (v2.16.5): per-channel speeds the graph search tries, highest first
 SPEEDS_INTRA = (44.0, 30.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
 SPEEDS_INTER = (48.0, 30.0, 28.0, 24.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2,
@@ -129,8 +205,14 @@ CHAIN_CHUNK_BYTES = {LL: STEP_BYTES[LL] // 2, LL128: STEP_BYTES[LL128] * 15 // 1
 
 #: gpu generation and cpu vendor of the named systems (``arch="auto"``)
 SYSTEMS = {"dgx1": ("volta", "intel"), "ndv2": ("volta", "intel"), "dgx2": ("volta", "intel"),
-           "dgx-a100": ("ampere", "amd"), "dgx-h100": ("hopper", "intel")}
-ARCHES = ("volta", "ampere", "hopper")
+           "dgx-a100": ("ampere", "amd"), "dgx-h100": ("hopper", "intel"), "dgx-h200": ("hopper", "intel"),
+           "dgx-superpod": ("hopper", "intel"), "dgx-b200": ("blackwell", "intel"),
+           "gb200-nvl72": ("blackwell", "arm")}
+#: gpu generations of NCCL's tables (``blackwell``: compute capability 10.0, which both releases read
+#: with the Hopper tables and for which neither enables LL128)
+ARCHES = ("volta", "ampere", "hopper", "blackwell")
+#: the generations NCCL enables LL128 on
+LL128_ARCHES = ("volta", "ampere", "hopper")
 
 
 @dataclass(frozen=True)
@@ -157,11 +239,19 @@ class Machine:
     cpu: str
     ring: Graph
     tree: Graph
+    #: the release whose tuning model applies (a key of :data:`RELEASES`)
+    version: str = DEFAULT_VERSION
+    #: the NVLS graph (NVLS and NVLS-Tree), None where NVLS is not supported
+    nvls: Graph | None = None
+    #: the CollNet graph, None without CollNet support (switches with IB SHARP)
+    collnet: Graph | None = None
+    #: CollNet Direct's conditions besides support: an NVSwitch in the box, at most 8 gpus per node
+    collnet_direct: bool = False
 
     @property
     def arch_index(self) -> int:
-        """NCCL's compCapIndex: Volta (and anything else) 0, Ampere 1, Hopper 2."""
-        return {"ampere": 1, "hopper": 2}.get(self.arch, 0)
+        """NCCL's compCapIndex: Volta (and anything else) 0, Ampere 1, Hopper and later 2."""
+        return {"ampere": 1, "hopper": 2, "blackwell": 2}.get(self.arch, 0)
 
 
 @dataclass(frozen=True)
@@ -206,6 +296,8 @@ def tuning_table(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[fl
     >>> tuning_table(Kind.ALLGATHER, machine)[("ring", "Simple")]   # 8.4 + 7 x 3.4 µs; 6 x 22 x 8/7
     (32.2, 150.85714285714286)
     """
+    if machine.version != "2.16":
+        return _tuning_table_223(kind, machine)
     n, nodes = machine.ranks, machine.nodes
     ppn = n / nodes
     allreduce = kind == Kind.ALLREDUCE
@@ -238,7 +330,7 @@ def tuning_table(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[fl
                 bus = min(bus / 3.8, ll_max)
             if algorithm == TREE and protocol == LL128:
                 bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), LL128_MAX_BW_PER_CHANNEL * graph.channels)
-            if protocol == LL128 and machine.arch not in ARCHES:
+            if protocol == LL128 and machine.arch not in LL128_ARCHES:
                 bus = 0.0
             ratio = 0.5 if algorithm == TREE else n / steps
             latency = BASE_LATENCY[algorithm][protocol]
@@ -261,6 +353,107 @@ def tuning_table(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[fl
     return table
 
 
+def _tuning_table_223(kind: Kind, machine: Machine) -> dict[tuple[str, str], tuple[float, float]]:
+    """``ncclTopoTuneModel`` of v2.23.4 (see the module docstring): the algorithms NCCL would enable here
+    only (NVLS with an NVLS graph; NVLS on several nodes, CollNet Direct and Chain with CollNet support;
+    NVLS-Tree on several nodes); NVLS, NVLS-Tree and CollNet with Simple only.
+
+    Longer than the house limit: one loop that follows ``ncclTopoTuneModel``'s rule by rule, in its order,
+    so that it reads against tuning.cc line for line."""
+    n, nodes = machine.ranks, machine.nodes
+    ppn = n / nodes
+    allreduce = kind == Kind.ALLREDUCE
+    steps = 2 * (n - 1) if allreduce else n - 1 if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) else n
+    index2 = min(nodes, 3) - 1
+    cap = machine.arch_index
+    index1 = cap if nodes == 1 else (1 if machine.cpu == "amd" else 0)
+    ll_max = LL_MAX_BW_223[index1][index2]
+    tree_max = PER_CHANNEL_MAX_TREE_BW_223[cap][index2]
+    ring_ll128_max = PER_CHANNEL_MAX_RING_LL128_BW_223[cap][index2]
+    tree_ll128_max = PER_CHANNEL_MAX_TREE_LL128_BW_223[cap][index2]
+    graphs = {TREE: machine.tree, RING: machine.ring, NVLS: machine.nvls, NVLS_TREE: machine.nvls,
+              COLLNET_DIRECT: machine.collnet, COLLNET_CHAIN: machine.collnet}
+    table: dict[tuple[str, str], tuple[float, float]] = {}
+    for algorithm in ALGORITHMS_223:
+        if kind in (Kind.BROADCAST, Kind.REDUCE) and algorithm != RING:
+            continue
+        if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) and algorithm not in (RING, NVLS):
+            continue  # CollNet Direct's allgather / reduce-scatter need a plugin with them (not modelled)
+        graph = graphs[algorithm]
+        if graph is None:
+            continue  # not supported: NCCL zeroes its bandwidth
+        if algorithm == NVLS_TREE and nodes == 1:
+            continue
+        if algorithm == NVLS and nodes > 1 and (machine.collnet is None or not allreduce):
+            continue  # several nodes: NVLS only with CollNet, and only for allreduce
+        if algorithm == COLLNET_DIRECT and not machine.collnet_direct:
+            continue
+        collnet = algorithm in (COLLNET_DIRECT, COLLNET_CHAIN)
+        for protocol in PROTOCOLS:
+            if algorithm in (NVLS, NVLS_TREE, COLLNET_DIRECT, COLLNET_CHAIN) and protocol != SIMPLE:
+                continue
+            bw = graph.bw_intra if nodes <= 2 or collnet else graph.bw_inter
+            if algorithm == NVLS:
+                bw = min(graph.bw_intra, graph.bw_inter)
+            if algorithm == NVLS_TREE:
+                bw = min(graph.bw_intra, graph.bw_inter if nodes <= 2 else graph.bw_inter / 2)
+            bus = graph.channels * bw
+            if algorithm == RING and protocol == LL:
+                bus = min(ll_max, bus * 0.5)
+            if algorithm == RING and protocol == LL128:
+                bus = min(bus * 0.92, graph.channels * ring_ll128_max)
+            if algorithm == TREE and allreduce:
+                bus = min(bus * 0.92, graph.channels * tree_max)
+            if algorithm == TREE and protocol == LL:
+                bus = min(bus / 3.8, ll_max)
+            if algorithm == TREE and protocol == LL128:
+                bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), graph.channels * tree_ll128_max)
+            if algorithm == COLLNET_DIRECT:
+                factor = ppn / graph.channels  # gpus per NIC
+                factor -= (factor - 1) / 2
+                bus /= factor
+                if cap >= 2:
+                    bus *= 0.85
+            if protocol == LL128 and machine.arch not in LL128_ARCHES:
+                bus = 0.0
+            if algorithm == RING:
+                bus *= n / steps
+            elif kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+                bus *= 5 / 6 if algorithm in (NVLS, NVLS_TREE) else 0.5
+            latency = BASE_LATENCY_223[algorithm][protocol]
+            intra = NVLINK_LATENCY_223[algorithm][protocol]
+            inter = NET_LATENCY_223[TREE if ppn == 1 else algorithm][protocol]
+            local = n // nodes
+            if algorithm == RING:
+                if kind in (Kind.BROADCAST, Kind.REDUCE):
+                    hop = (NVLINK_LATENCY_223 if nodes == 1 else NET_LATENCY_223)[RING][protocol]
+                    if graph.same_channels:
+                        latency += hop
+                    else:
+                        if protocol == SIMPLE:
+                            hop = (NVLINK_LATENCY_223 if nodes == 1 else NET_LATENCY_223)[TREE][protocol]
+                        latency += steps * hop
+                else:
+                    overhead = 0.0
+                    if nodes > 1:
+                        overhead = NET_OVERHEAD.get(machine.cpu, 1.0) * (3 if protocol == SIMPLE else 1)
+                    intra = max(intra, overhead)
+                    inter_steps = 0 if nodes == 1 else 2 * (nodes - 1) if allreduce else nodes - 1
+                    latency += (steps - inter_steps) * intra + inter_steps * inter
+            elif algorithm == TREE:
+                latency += 2 * ((local - 1) * intra + log2i(nodes) * inter)
+            elif algorithm == COLLNET_DIRECT:
+                latency += 2 * (min(1, local - 1) * intra + (local - 1) * 0.4) + inter
+            elif algorithm == COLLNET_CHAIN:
+                latency += 2 * (local - 1) * intra + inter
+            elif algorithm == NVLS:
+                latency = intra + (inter if nodes > 1 else 0.0)
+            else:  # NVLS_TREE
+                latency += intra + 2 * log2i(nodes) * inter
+            table[(algorithm, protocol)] = (latency, bus)
+    return table
+
+
 def algorithm_time(kind: Kind, machine: Machine, algorithm: str, protocol: str, size: int,
                    table: dict[tuple[str, str], tuple[float, float]]) -> float | None:
     """``ncclTopoGetAlgoTime`` for one operation: predicted µs, or None when disabled.
@@ -276,11 +469,13 @@ def algorithm_time(kind: Kind, machine: Machine, algorithm: str, protocol: str, 
     if bandwidth == 0:
         return None
     log_size = log2i(size >> 6)
-    if algorithm == TREE and log_size < 23:
+    if algorithm == TREE and log_size < 23 and (machine.version == "2.16" or kind == Kind.ALLREDUCE):
         bandwidth *= TREE_CORRECTION[protocol][log_size]
-    if (algorithm == RING and protocol == SIMPLE and machine.nodes > 1 and kind == Kind.ALLREDUCE
-            and size >= machine.ranks / 16.0 * 65536):
+    plateau = algorithm == RING and protocol == SIMPLE and machine.nodes > 1 and kind == Kind.ALLREDUCE
+    if plateau and machine.version == "2.16" and size >= machine.ranks / 16.0 * 65536:
         latency *= 1.9
+    if plateau and machine.version != "2.16" and size / (all_channels(machine) * machine.ranks) >= 64:
+        latency *= 1.9 if machine.arch_index == 0 else 1.4
     return latency + size / (1000 * bandwidth)
 
 
@@ -290,12 +485,19 @@ def predictions(kind: Kind, machine: Machine, size: int) -> list[Prediction]:
     return [Prediction(a, p, *table[(a, p)], algorithm_time(kind, machine, a, p, size, table)) for a, p in table]
 
 
+def all_channels(machine: Machine) -> int:
+    """``comm->nChannels``: twice the graphs' channels (``connect.cc``), at most 32."""
+    return min(MAX_CHANNELS, 2 * min(machine.ring.channels, machine.tree.channels))
+
+
 def choose(kind: Kind, machine: Machine, size: int, algorithm: str = "auto",
            protocol: str = "auto") -> tuple[Prediction, list[Prediction]]:
     """NCCL's choice (``getAlgoInfo``): the (algorithm, protocol) of least predicted time, the first on
-    ties, among those allowed; and all predictions."""
+    ties, among those allowed (``algorithm``: ``auto`` or a key of :data:`ALGO_CHOICES`); and all
+    predictions."""
     every = predictions(kind, machine, size)
-    allowed = [p for p in every if p.time_us is not None and algorithm in ("auto", p.algorithm)
+    names = ALGO_CHOICES.get(algorithm, (algorithm,))
+    allowed = [p for p in every if p.time_us is not None and (algorithm == "auto" or p.algorithm in names)
                and protocol in ("auto", p.protocol)]
     if not allowed:
         raise NotApplicable(f"NCCL's model enables no {algorithm}/{protocol} for {kind} on this system")
@@ -316,12 +518,16 @@ def channels_at(machine: Machine, algorithm: str, protocol: str, size: int) -> i
     >>> channels_at(machine, "ring", "Simple", 2**20), channels_at(machine, "ring", "Simple", 1024)
     (16, 1)
     """
+    if algorithm in (NVLS, NVLS_TREE):
+        return NVLS_CHANNELS  # NVLS and NVLS-Tree always use comm->nvlsChannels
     graph = machine.tree if algorithm == TREE else machine.ring
-    channels = min(MAX_CHANNELS, 2 * min(machine.ring.channels, machine.tree.channels))
+    channels = all_channels(machine)
     threads = MAX_THREADS[protocol]
     if algorithm == RING and protocol == SIMPLE and graph.bw_intra * graph.channels <= PCI_BW:
         threads = 256
     threshold = THREAD_THRESHOLD[protocol] * (machine.ranks if algorithm == RING and protocol == LL else 1)
+    if algorithm in (COLLNET_DIRECT, COLLNET_CHAIN):  # 2.23: 640 threads (NCCL_MAX_NTHREADS), threshold 512
+        threads, threshold = 640, 512
     while size < channels * threads * threshold:
         if channels >= 2:
             channels -= 1
@@ -340,17 +546,36 @@ def _quantize(speed: float, table: Sequence[float]) -> float:
     return speed
 
 
-def _dup(channels: int, bw_intra: float, bw_inter: float, arch: str) -> tuple[int, float, float]:
-    """search.cc: fast graphs are duplicated at half the speed each."""
-    if (arch != "hopper" and bw_intra >= 25.0) or (arch == "hopper" and bw_intra >= 50.0):
+def _sm90(arch: str) -> bool:
+    return arch in ("hopper", "blackwell")
+
+
+def _dup(channels: int, bw_intra: float, bw_inter: float, arch: str,
+         version: str = "2.16") -> tuple[int, float, float]:
+    """search.cc: fast graphs are duplicated at half the speed each (2.23: on Hopper also those of 25
+    GB/s and more with at most 4 channels)."""
+    if version == "2.16":
+        fast = (not _sm90(arch) and bw_intra >= 25.0) or (_sm90(arch) and bw_intra >= 50.0)
+    else:
+        fast = bw_intra >= 25.0 and not (_sm90(arch) and bw_intra < 50.0 and channels > 4)
+    if fast:
         doubled = min(2 * channels, MAX_GRAPH_CHANNELS)
         factor = -(-doubled // channels)
         return doubled, bw_intra / factor, bw_inter / factor
     return channels, bw_intra, bw_inter
 
 
+def speed_table(nodes: int, arch: str, version: str) -> tuple[float, ...]:
+    """The speeds NCCL's graph search tries: inter-node ones with a network, the sm90 tables from Hopper on."""
+    if version == "2.16":
+        return (SM90_SPEEDS_INTER if _sm90(arch) else SPEEDS_INTER) if nodes > 1 else \
+            (SM90_SPEEDS_INTRA if _sm90(arch) else SPEEDS_INTRA)
+    return (SM90_SPEEDS_INTER_223 if _sm90(arch) else SPEEDS_INTER_223) if nodes > 1 else \
+        (SM90_SPEEDS_INTRA_223 if _sm90(arch) else SPEEDS_INTRA_223)
+
+
 def emulate_graphs(topology: Topology, rings: list[list[int]], boxes: list[list[int]] | None,
-                   arch: str) -> tuple[Graph, Graph]:
+                   arch: str, version: str = DEFAULT_VERSION) -> tuple[Graph, Graph]:
     """The ring and tree graphs NCCL's search would return, from the rings synth built (see the
     module docstring)."""
     box_of = {r: k for k, members in enumerate(boxes or [list(range(topology.num_ranks))]) for r in members}
@@ -369,20 +594,87 @@ def emulate_graphs(topology: Topology, rings: list[list[int]], boxes: list[list[
     share = min(topology.bandwidth(*hop) / count for hop, count in load.items())
     intra_share = min((topology.bandwidth(*hop) / load[hop] for hop in intra_links), default=share)
     nodes = len(boxes) if boxes else 1
-    hopper = arch == "hopper"
-    table = (SM90_SPEEDS_INTER if hopper else SPEEDS_INTER) if nodes > 1 else \
-        (SM90_SPEEDS_INTRA if hopper else SPEEDS_INTRA)
+    table = speed_table(nodes, arch, version)
     speed = _quantize(share, table)
     count = min(MAX_GRAPH_CHANNELS, max(len(rings), int(len(rings) * share / speed + 1e-9)))
     same = all(r == rings[0] for r in rings)
-    ring_graph = Graph(*_dup(count, speed, speed, arch), same_channels=same)
+    ring_graph = Graph(*_dup(count, speed, speed, arch, version), same_channels=same)
     tree_intra = speed
     for candidate in sorted(t for t in table if t > speed):  # pass 2: raise the trees' intra-box speed
         if tree_intra >= 2 * speed or candidate > intra_share * (1 + 1e-9):
             break
         tree_intra = candidate
-    tree_graph = Graph(*_dup(count, tree_intra, speed, arch), same_channels=same)
+    tree_graph = Graph(*_dup(count, tree_intra, speed, arch, version), same_channels=same)
     return ring_graph, tree_graph
+
+
+def nvls_boxes(topology: Topology, boxes: list[list[int]] | None, kind: Kind, arch: str) -> list[str] | None:
+    """The NVLink switch of every box (the whole system without boxes) when NCCL would support NVLS
+    there: Hopper or later, and a switch linking every gpu of the box that reduces (when ``kind``
+    reduces) and multicasts (:func:`synth.algorithms.nvls.domain_switch`); None otherwise."""
+    from synth.algorithms.nvls import domain_switch
+
+    if not _sm90(arch) or kind == Kind.ALLTOALL:
+        return None
+    wanted = Kind.ALLREDUCE if kind in (Kind.ALLREDUCE, Kind.REDUCE) else kind
+    try:
+        return [domain_switch(topology, members, wanted)
+                for members in (boxes or [list(range(topology.num_ranks))])]
+    except NotApplicable:
+        return None
+
+
+def sharp_rails(topology: Topology) -> dict[int, str] | None:
+    """Per NIC head (local index), the network switch with IB SHARP that reduces and multicasts for that
+    rail of every box (:func:`synth.algorithms.collnet.network_switch`): NCCL's CollNet support; None
+    where some rail has none or the system has no boxes with NICs."""
+    from synth.algorithms.collnet import network_switch
+
+    layout = rail_layout(topology)
+    if layout is None or len(layout.boxes) < 2:
+        return None
+    local = {s for s in topology.switches
+             if any(topology.graph.has_edge(s, topology.gpus[r]) for r in layout.boxes[0])
+             and all(topology.graph.has_edge(s, topology.gpus[r]) for r in layout.boxes[0])}
+    rails = {}
+    for nic in layout.nics:
+        switch = network_switch(topology, [box[nic[0]] for box in layout.boxes], local)
+        if switch is None:
+            return None
+        rails[nic[0]] = switch
+    return rails
+
+
+def emulate_nvls_graph(topology: Topology, boxes: list[list[int]] | None, switches: list[str], arch: str,
+                       version: str) -> Graph:
+    """The NVLS graph of ``ncclTopoSearchTryNvls``: one channel per gpu on one node (forced), one per NIC
+    head on several (at most 16); every channel pulls from every gpu of the box through the switch and the
+    head twice, so a gpu's link carries C + C/G channels (G gpus per box) at the channel speed; on several
+    nodes the head's NIC carries one channel too, and pass 2 raises the inter speed while it stays below
+    twice the intra speed and the NIC allows it."""
+    members = (boxes or [list(range(topology.num_ranks))])[0]
+    gpus = topology.gpus
+    link = min(min(topology.bandwidth(gpus[r], switches[0]), topology.bandwidth(switches[0], gpus[r]))
+               for r in members)
+    nodes = len(boxes) if boxes else 1
+    table = speed_table(nodes, arch, version)
+    if nodes == 1:
+        channels = min(MAX_GRAPH_CHANNELS, len(members))
+        speed = _quantize(link / (channels + channels / len(members)), table)
+        return Graph(channels, speed, speed, same_channels=False)
+    layout = rail_layout(topology)
+    heads = [nic[0] for nic in layout.nics] if layout is not None else [0]
+    channels = min(MAX_GRAPH_CHANNELS, len(heads))
+    assert boxes is not None
+    paths = paths_for(topology, [(boxes[0][h], boxes[1][h]) for h in heads])
+    nic = min(min(topology.bandwidth(*hop) for hop in zip(path, path[1:], strict=False)) for path in paths.values())
+    intra = _quantize(min(link / (channels + channels / len(members)), nic), table)
+    inter = intra
+    for candidate in sorted(t for t in table if t > intra):
+        if inter >= 2 * intra or candidate > nic * (1 + 1e-9):
+            break
+        inter = candidate
+    return Graph(channels, intra, inter, same_channels=False)
 
 
 def detect_arch(topology: Topology, arch: str) -> tuple[str, str]:
@@ -434,9 +726,25 @@ def _chain(ring: list[int], root: int) -> list[int | None]:
     return parents
 
 
+def parse_version(version: str | float) -> str:
+    """The key of :data:`RELEASES` that ``version`` names (``"2.16"``, ``"2.16.5"``, ``"v2.23.4-1"``, ...).
+
+    Examples
+    --------
+    >>> parse_version("2.16.5-1"), parse_version("v2.23")
+    ('2.16', '2.23')
+    """
+    text = str(version).strip().lstrip("v")
+    for key in RELEASES:
+        if text == key or text.startswith(key + "."):
+            return key
+    raise InputError("", "version", f"expected an NCCL release of {' or '.join(RELEASES)} "
+                     f"(e.g. {RELEASES[DEFAULT_VERSION]}), got {version!r}")
+
+
 def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int | str | None = None,
-         arch: str = "auto", algo: str = "auto", proto: str = "auto") -> Schedule:
-    """The schedule NCCL v2.16.5 would run for ``kind`` at ``size`` bytes (see the module docstring).
+         arch: str = "auto", algo: str = "auto", proto: str = "auto", version: str = DEFAULT_VERSION) -> Schedule:
+    """The schedule NCCL would run for ``kind`` at ``size`` bytes (see the module docstring).
 
     Parameters
     ----------
@@ -448,10 +756,13 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     size : int or str, optional
         Message size (nccl-tests n) NCCL chooses for; default: the ring with Simple on every channel.
     arch : str
-        ``auto``, ``volta``, ``ampere`` or ``hopper``: the tables of NCCL's tuning model.
+        ``auto``, ``volta``, ``ampere``, ``hopper`` or ``blackwell``: the tables of NCCL's tuning model.
     algo, proto : str
-        ``auto`` (NCCL's choice) or a forced ``ring``/``tree`` and ``LL``/``LL128``/``Simple``, as
-        ``NCCL_ALGO`` and ``NCCL_PROTO`` force them.
+        ``auto`` (NCCL's choice) or a forced algorithm (``ring``, ``tree``; from 2.23 also ``nvls``,
+        ``nvlstree``, ``collnet``, ``collnet_direct``, ``collnet_chain``) and ``LL``/``LL128``/``Simple``,
+        as ``NCCL_ALGO`` and ``NCCL_PROTO`` force them.
+    version : str
+        The NCCL release whose rules apply: ``2.23`` (default, v2.23.4-1) or ``2.16`` (v2.16.5-1).
 
     Examples
     --------
@@ -459,56 +770,153 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     >>> s = nccl(load_topology("dgx1"), Kind.ALLREDUCE, size=1024)
     >>> s.params["choice"]["algorithm"], s.params["plan"]["protocol"], s.params["choice"]["channels"]
     ('ring', 'LL', 1)
+    >>> s = nccl(load_topology("dgx-h100"), Kind.ALLREDUCE, size="1GiB")
+    >>> s.params["choice"]["algorithm"], s.params["choice"]["version"], len(s.switch_ops) > 0
+    ('nvls', '2.23.4-1', True)
     """
     from synth.units import parse_size
 
+    key = parse_version(version)
+    release = RELEASES[key]
     size_bytes = parse_size(size, "size") if size is not None else None
     algorithm, protocol = algo, proto
-    if algorithm not in ("auto", RING, TREE):
-        raise InputError("", "algo", f"expected auto, ring or tree, got {algorithm!r}")
+    names = (RING, TREE) if key == "2.16" else tuple(ALGO_CHOICES)
+    if algorithm not in ("auto", *names):
+        raise InputError("", "algo", f"expected auto or one of {', '.join(names)} (NCCL {release}), got {algorithm!r}")
     if protocol not in ("auto", *PROTOCOLS):
         raise InputError("", "proto", f"expected auto, LL, LL128 or Simple, got {protocol!r}")
     if algorithm == TREE and kind != Kind.ALLREDUCE:
         raise NotApplicable(f"NCCL's tree does only allreduce, not {kind}")
     gpu, cpu = detect_arch(topology, arch)
-    n = topology.num_ranks
-    params: dict[str, Any] = {"nccl_version": NCCL_VERSION, "size": size_bytes, "arch": gpu}
+    params: dict[str, Any] = {"nccl_version": release, "size": size_bytes, "arch": gpu}
     if kind == Kind.ALLTOALL:
         if root is not None:
             raise InputError("", "root", "alltoall takes no root")
+        if algorithm not in ("auto", RING):
+            raise NotApplicable(f"NCCL runs alltoall as send/receive, not {algorithm}")
         return _alltoall(topology, size_bytes, protocol, params)
 
-    count = auto_channels(topology)
-    rings = channel_rings(topology, count)
-    boxes = box_groups(topology)
-    ring_graph, tree_graph = emulate_graphs(topology, rings, boxes, gpu)
-    machine = Machine(n, len(boxes) if boxes else 1, gpu, cpu, ring_graph, tree_graph)
-    params.update(nodes=machine.nodes, graph={"rings": len(rings), "ring": ring_graph.to_dict(),
-                                              "tree": tree_graph.to_dict()})
-    if size_bytes is None:
+    machine, rings, boxes, nvls_switches = _machine(topology, kind, gpu, cpu, key)
+    graph_params: dict[str, Any] = {"rings": len(rings), "ring": machine.ring.to_dict(), "tree": machine.tree.to_dict()}
+    if machine.nvls is not None:
+        graph_params["nvls"] = machine.nvls.to_dict()
+    if machine.collnet is not None:
+        graph_params["collnet"] = machine.collnet.to_dict()
+    params.update(nodes=machine.nodes, graph=graph_params)
+    if size_bytes is None and algorithm in ("auto", RING, TREE):
         chosen_algorithm = RING if algorithm == "auto" else algorithm
         chosen_protocol = SIMPLE if protocol == "auto" else protocol
-        channels = min(MAX_CHANNELS, 2 * min(ring_graph.channels, tree_graph.channels))
+        channels = all_channels(machine)
         reason = (f"no size given: the {chosen_algorithm} with {chosen_protocol} on all {channels} channels "
                   "(NCCL's usual choice for large messages)")
     else:
-        best, every = choose(kind, machine, size_bytes, algorithm, protocol)
+        at = size_bytes if size_bytes is not None else 1 << 30
+        try:
+            best, every = choose(kind, machine, at, algorithm, protocol)
+        except NotApplicable as error:
+            why = _why_disabled(topology, kind, machine, algorithm)
+            raise NotApplicable(f"{error}{': ' + why if why else ''}") from None
         chosen_algorithm, chosen_protocol = best.algorithm, best.protocol
-        channels = channels_at(machine, chosen_algorithm, chosen_protocol, size_bytes)
+        channels = channels_at(machine, chosen_algorithm, chosen_protocol, at)
         runner_up = sorted((p for p in every if p.time_us is not None and p is not best),
                            key=lambda p: p.time_us)  # type: ignore[arg-type, return-value]
         forced = "" if (algorithm, protocol) == ("auto", "auto") else f" (forced {algorithm}/{protocol})"
-        reason = (f"NCCL {NCCL_VERSION}'s tuning model predicts {best.algorithm}/{best.protocol} fastest"
-                  f"{forced}: {best.time_us:.2f} us" +
+        unsized = "" if size_bytes is not None else " (no size given: chosen at 1 GiB)"
+        reason = (f"NCCL {release}'s tuning model predicts {best.algorithm}/{best.protocol} fastest"
+                  f"{forced}{unsized}: {best.time_us:.2f} us" +
                   (f" (next {runner_up[0].algorithm}/{runner_up[0].protocol} {runner_up[0].time_us:.2f} us)"
                    if runner_up else ""))
         params["model"] = {f"{p.algorithm}/{p.protocol}": p.to_dict() for p in every}
     params["choice"] = {"algorithm": chosen_algorithm, "protocol": chosen_protocol, "channels": channels,
-                        "reason": reason}
+                        "version": release, "reason": reason}
     params["plan"] = {"protocol": chosen_protocol}
+    if chosen_algorithm in (NVLS, NVLS_TREE, COLLNET_DIRECT, COLLNET_CHAIN):
+        return _build_in_switch(topology, kind, root, chosen_algorithm, nvls_switches, params)
     schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
                       boxes, machine, params)
     return schedule
+
+
+def _machine(topology: Topology, kind: Kind, gpu: str, cpu: str,
+             key: str) -> tuple[Machine, list[list[int]], list[list[int]] | None, list[str] | None]:
+    """The machine NCCL's model sees (its emulated graphs; from 2.23 the NVLS and CollNet graphs where
+    supported), the channel rings, the boxes, and the boxes' NVLS switches (None: no NVLS)."""
+    n = topology.num_ranks
+    rings = channel_rings(topology, auto_channels(topology))
+    boxes = box_groups(topology)
+    ring_graph, tree_graph = emulate_graphs(topology, rings, boxes, gpu, key)
+    nodes = len(boxes) if boxes else 1
+    nvls_graph = collnet_graph = None
+    nvls_switches = rails = None
+    collnet_direct = False
+    if key != "2.16":
+        nvls_switches = nvls_boxes(topology, boxes, kind, gpu)
+        if nvls_switches is not None:
+            nvls_graph = emulate_nvls_graph(topology, boxes, nvls_switches, gpu, key)
+        rails = sharp_rails(topology) if kind == Kind.ALLREDUCE else None
+        if rails is not None:
+            assert boxes is not None
+            heads = sorted(rails)
+            pairs = paths_for(topology, [(boxes[0][h], boxes[1][h]) for h in heads])
+            nic = min(min(topology.bandwidth(*hop) for hop in zip(path, path[1:], strict=False))
+                      for path in pairs.values())
+            speed = _quantize(nic, speed_table(nodes, gpu, key))
+            collnet_graph = Graph(min(MAX_GRAPH_CHANNELS, len(heads)), speed, speed, same_channels=False)
+            collnet_direct = n // nodes <= MAX_DIRECT_LOCAL_RANKS and any(
+                all(topology.graph.has_edge(switch, topology.gpus[r]) for r in boxes[0])
+                for switch in topology.switches)
+    machine = Machine(n, nodes, gpu, cpu, ring_graph, tree_graph, key, nvls_graph, collnet_graph, collnet_direct)
+    return machine, rings, boxes, nvls_switches
+
+
+def _why_disabled(topology: Topology, kind: Kind, machine: Machine, algorithm: str) -> str:
+    """Why NCCL would not enable the forced ``algorithm`` here ('' when the model says nothing more)."""
+    names = ALGO_CHOICES.get(algorithm, ())
+    reasons = []
+    if any(a in (NVLS, NVLS_TREE) for a in names):
+        if machine.nvls is None:
+            reasons.append(f"NVLS needs a Hopper or later gpu and an NVLink switch linking every gpu of the box that "
+                           f"{'reduces and multicasts' if kind == Kind.ALLREDUCE else 'serves ' + str(kind)} "
+                           f"({topology.name}: {machine.arch}, none)")
+        elif NVLS_TREE in names and machine.nodes == 1:
+            reasons.append("NVLS-Tree runs across nodes only (NCCL disables it on one node)")
+        elif NVLS in names and machine.nodes > 1:
+            reasons.append("NVLS on several nodes only with CollNet support (switches with IB SHARP), allreduce only")
+        if kind not in (Kind.ALLREDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER) or (NVLS_TREE in names and kind != Kind.ALLREDUCE):
+            reasons.append(f"NCCL runs no {algorithm} {kind}")
+    if any(a in (COLLNET_DIRECT, COLLNET_CHAIN) for a in names):
+        if machine.collnet is None:
+            reasons.append("CollNet needs several boxes with NICs whose network switches reduce and multicast "
+                           "(IB SHARP) for every rail, and allreduce")
+        elif COLLNET_DIRECT in names and not machine.collnet_direct:
+            reasons.append("CollNet Direct needs an NVSwitch in the box and at most 8 gpus per node")
+    return "; ".join(reasons)
+
+
+def _build_in_switch(topology: Topology, kind: Kind, root: int | None, algorithm: str,
+                     switches: list[str] | None, params: dict[str, Any]) -> Schedule:
+    """The NVLS, NVLS-Tree and CollNet schedules (:mod:`synth.algorithms.nvls`, :mod:`.nvls_tree`,
+    :mod:`.collnet`), relabelled ``nccl`` with the choice in their params."""
+    n = topology.num_ranks
+    if root is not None:
+        raise InputError("", "root", f"{kind} takes no root")
+    if algorithm == NVLS and params["nodes"] == 1:
+        from synth.algorithms.nvls import nvls
+
+        # NCCL's NVLS channels run the same pattern side by side over the same links: one chunk per rank,
+        # which the evaluator streams in slices as the channels' steps do
+        schedule = nvls(topology, kind, chunks=n)
+    elif algorithm == NVLS_TREE:
+        from synth.algorithms.nvls_tree import nvls_tree
+
+        schedule = nvls_tree(topology, kind)
+    else:
+        from synth.algorithms.collnet import collnet
+
+        shape = {NVLS: "nvls", COLLNET_DIRECT: "direct", COLLNET_CHAIN: "chain"}[algorithm]
+        schedule = collnet(topology, kind, shape=shape)
+    merged = {**schedule.params, **params, "built_by": schedule.algorithm}
+    return dataclasses.replace(schedule, algorithm="nccl", params=merged)
 
 
 def _build(topology: Topology, kind: Kind, root: int | None, size: int | None, algorithm: str, protocol: str,

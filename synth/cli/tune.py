@@ -130,7 +130,7 @@ def tune_command(
                         body, {0, 3, 4, 5, 6, 8, 9}))
     if base:
         console.print(f"[dim]vs {base}: {base}'s time at that size over the winner's ({base} is always a candidate, "
-                      f"so never below 1.00x); {shown(baseline_description(topo, base))}[/dim]")
+                      f"so never below 1.00x); {shown(baseline_description(topo, base, options.get(base, {}).get('version')))}[/dim]")
     reasons: dict[str, list[str]] = {}
     for skipped in result.skipped:
         reasons.setdefault(skipped.reason, []).append(skipped.algorithm)
