@@ -116,6 +116,9 @@ register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: 
          time_limited=True)
 register("nvls", "synth.algorithms.nvls:nvls", {AG, RS, AR, BC, RD}, "NVLink SHARP as NCCL runs it in one NVLink "
          "domain: each chunk reduced (multimem.ld_reduce) and multicast (multimem.st) inside the switch")
+register("insw", "synth.algorithms.insw:insw", {AG, RS, AR}, "a share of the chunks through in-switch ops (NVLS, "
+         "SHARP; per box, then between boxes), the rest on a ring over the links' remaining capacity; "
+         "switch_share=3/4; size=...: the share fastest at that size", size_sensitive=True)
 register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
          size_sensitive=True, slow=True, time_limited=True)
 
