@@ -21,7 +21,11 @@ explicit options; which ``switch_share`` is fastest at a message size is chosen 
   switches reduces (a SHARP leaf: inputs from every box, the sum multicast back to each), else by a ring
   of the rail gpus over their NICs; then multicast inside each box (allreduce). Reduce-scatter ends at the
   owner; allgather multicasts across boxes (in the network switch or along the rail ring), then in each
-  box. The point-to-point share is the ring over all gpus.
+  box. The share is the box level's: the other chunks go the same way between boxes but point to point
+  inside each box (partial sums along a chain of its gpus into the rail gpu, the result copied back along
+  it), so a box switch whose reduction throughput is below the NICs' (DGX H100: 334.5 GB/s against eight
+  50 GB/s NICs) leaves the rest to its NVLinks. ``network=False`` uses the rail rings even where a
+  network switch reduces.
 
 The fewest chunks that give the asked share are used (``s`` and ``p`` per rank with ``s / (s + p)`` nearest
 to it; ``chunks`` fixes the total, then ``s`` is rounded); ``params["switch_share"]`` is the share built.
@@ -42,7 +46,7 @@ from synth.errors import InputError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
 from synth.topology import Topology
 
-__all__ = ["DEFAULT_MAX_DENOMINATOR", "insw", "merge", "parse_share", "split_counts"]
+__all__ = ["DEFAULT_MAX_DENOMINATOR", "fusable", "insw", "merge", "parse_share", "split_counts"]
 
 #: The finest share the default chunk count resolves (s + p per rank at most this).
 DEFAULT_MAX_DENOMINATOR = 16
@@ -140,13 +144,15 @@ def merge(builder: ScheduleBuilder, part: Schedule, chunk_of: Callable[[int], in
 
 
 def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_share: Any = 1,
-         fused: bool = True) -> Schedule:
+         fused: bool = True, network: bool = True) -> Schedule:
     """The collective with ``switch_share`` of its chunks through in-switch operations and the rest on a
     ring (see the module doc).
 
     ``chunks``: the total C (a multiple of N; by default the fewest that give the share).
     ``fused``: an allreduce's switch chunk is one reduce op multicast by the switch (True), or NCCL's NVLS
     pair, a reduce into one rank and its multicast (False).
+    ``network``: on several boxes, reduce (or multicast) between boxes in a network switch where one serves
+    the rail (True), or always along rings of the rail gpus (False).
 
     Examples
     --------
@@ -159,26 +165,28 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
     """
     if kind not in _KINDS:
         raise NotApplicable(f"insw does not do {kind}; it does allreduce, reducescatter and allgather")
-    if not isinstance(fused, bool):
-        raise InputError("", "fused", f"expected true or false, got {fused!r}")
+    for name, value in (("fused", fused), ("network", network)):
+        if not isinstance(value, bool):
+            raise InputError("", name, f"expected true or false, got {value!r}")
     share = parse_share(switch_share)
     n = topology.num_ranks
-    levels = _levels(topology, kind)
+    levels = _levels(topology, kind, network)
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < n or chunks % n):
         raise InputError("", "chunks", f"insw needs chunks to be a positive multiple of {n} (the ranks), got {chunks!r}")
     s, p = split_counts(share, None if chunks is None else chunks // n)
     q = s + p
     coll = make_collective(topology, kind, n * q, None)
     built = Fraction(s, q)
-    params: dict[str, Any] = {"chunks": coll.chunks, "switch_share": str(built), "fused": fused,
-                              "levels": levels.describe()}
+    params: dict[str, Any] = {"chunks": coll.chunks, "switch_share": str(built), "levels": levels.describe()}
+    if kind == Kind.ALLREDUCE and levels.switch is not None and s:
+        params["fused"] = fused  # the only case where the two forms differ
     if built != share:
         params["asked_share"] = str(share)
     builder = ScheduleBuilder(coll, topology.name, topology.gpus, "insw", params)
     for owner in range(n):
-        for j in range(s):
-            levels.add_chunk(builder, owner * q + j, owner, fused)
-    if p:
+        for j in range(s if levels.switch is not None else q):
+            levels.add_chunk(builder, owner * q + j, owner, fused, in_switch=j < s)
+    if p and levels.switch is not None:
         from synth.algorithms.ring import ring
 
         part = ring(topology, kind, chunks=n * p)
@@ -190,7 +198,7 @@ class _Levels:
     """Where a switch chunk goes: the domain switch (one box), or per box then between boxes."""
 
     def __init__(self, topology: Topology, kind: Kind, switch: str | None, boxes: list[list[int]] | None = None,
-                 box_switches: list[str] | None = None) -> None:
+                 box_switches: list[str] | None = None, network: bool = True) -> None:
         self.topology = topology
         self.kind = kind
         self.switch = switch
@@ -198,11 +206,12 @@ class _Levels:
         self.box_switches = box_switches or []
         self.position = {rank: (b, i) for b, box in enumerate(self.boxes) for i, rank in enumerate(box)}
         self._network: dict[int, str | None] = {}
+        self.network = network
 
     def describe(self) -> str:
         if self.switch is not None:
             return f"one NVLink domain (switch {self.switch})"
-        rails = [self.network_switch(r) for r in range(len(self.boxes[0]))]
+        rails = [self.network_switch(r) if self.network else None for r in range(len(self.boxes[0]))]
         between = "in-network reduction (" + ", ".join(sorted({x for x in rails if x})) + ")" if all(rails) else \
             "rings of the rail gpus" if not any(rails) else "in-network reduction where a switch serves the rail, else rings"
         return f"{len(self.boxes)} boxes: in-switch inside each box, {between} between them"
@@ -235,11 +244,11 @@ class _Levels:
         self._network[rail] = None if best is None else best[1]
         return self._network[rail]
 
-    def add_chunk(self, builder: ScheduleBuilder, chunk: int, owner: int, fused: bool) -> None:
+    def add_chunk(self, builder: ScheduleBuilder, chunk: int, owner: int, fused: bool, in_switch: bool = True) -> None:
         if self.switch is not None:
             self._one_domain(builder, chunk, owner, fused)
         else:
-            self._boxes(builder, chunk, owner)
+            self._boxes(builder, chunk, owner, in_switch)
 
     def _one_domain(self, builder: ScheduleBuilder, chunk: int, owner: int, fused: bool) -> None:
         topology, switch, kind = self.topology, self.switch, self.kind
@@ -256,17 +265,21 @@ class _Levels:
         else:
             switch_multicast(builder, topology, switch, chunk, owner, others)
 
-    def _boxes(self, builder: ScheduleBuilder, chunk: int, owner: int) -> None:
-        """One switch chunk over the levels: in each box, between the boxes on the owner's rail, in each box."""
+    def _boxes(self, builder: ScheduleBuilder, chunk: int, owner: int, in_switch: bool) -> None:
+        """One chunk over the levels: in each box (by the box's switch when ``in_switch``, else along a chain
+        of its gpus), between the boxes on the owner's rail, then in each box again (allreduce, allgather)."""
         topology, kind = self.topology, self.kind
         home, rail = self.position[owner]
         members = [box[rail] for box in self.boxes]
         ready: dict[int, list[int]] = {r: [] for r in members}  # the transfer that wrote each rail gpu's value
         if kind in (Kind.ALLREDUCE, Kind.REDUCESCATTER):
             for b, box in enumerate(self.boxes):
-                out = switch_reduce(builder, topology, self.box_switches[b], chunk, box, [members[b]])
-                ready[members[b]] = [out[members[b]]]
-        network = self.network_switch(rail)
+                if in_switch:
+                    out = switch_reduce(builder, topology, self.box_switches[b], chunk, box, [members[b]])
+                    ready[members[b]] = [out[members[b]]]
+                else:
+                    ready[members[b]] = self._box_chain(builder, chunk, box, rail, reduce=True, deps=[])
+        network = self.network_switch(rail) if self.network else None
         if kind == Kind.ALLGATHER:
             if network is not None:
                 outs = switch_multicast(builder, topology, network, chunk, owner, [r for r in members if r != owner])
@@ -283,8 +296,25 @@ class _Levels:
             return
         for b, box in enumerate(self.boxes):
             source = members[b]
-            switch_multicast(builder, topology, self.box_switches[b], chunk, source,
-                             [r for r in box if r != source], ready[source])
+            if in_switch:
+                switch_multicast(builder, topology, self.box_switches[b], chunk, source,
+                                 [r for r in box if r != source], ready[source])
+            else:
+                self._box_chain(builder, chunk, box, rail, reduce=False, deps=ready[source])
+
+    def _box_chain(self, builder: ScheduleBuilder, chunk: int, box: list[int], rail: int, *, reduce: bool,
+                   deps: list[int]) -> list[int]:
+        """A chunk point to point inside one box: partial sums along a chain of its gpus into ``box[rail]``
+        (``reduce``), or ``box[rail]``'s value copied along the chain to every other gpu. The last transfer."""
+        count = len(box)
+        previous = list(deps)
+        for step in range(count - 1):
+            if reduce:
+                a, b = box[(rail + 1 + step) % count], box[(rail + 2 + step) % count]
+            else:
+                a, b = box[(rail + step) % count], box[(rail + step + 1) % count]
+            previous = [send(builder, self.topology, a, b, chunk, REDUCE if reduce else COPY, previous)]
+        return previous
 
     def _rail_ring(self, builder: ScheduleBuilder, chunk: int, members: list[int], home: int, *, reduce: bool,
                    ready: dict[int, list[int]]) -> dict[int, list[int]]:
@@ -309,7 +339,20 @@ class _Levels:
         return written
 
 
-def _levels(topology: Topology, kind: Kind) -> _Levels:
+def fusable(topology: Topology, kind: Kind) -> bool:
+    """True when ``fused`` makes a difference: an allreduce in one NVLink domain (elsewhere a network
+    switch's reduction always multicasts its result, and the box switches only reduce or only multicast).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> fusable(load_topology("dgx-h100"), Kind.ALLREDUCE), fusable(load_topology("dgx-h100:boxes=2"), Kind.ALLREDUCE)
+    (True, False)
+    """
+    return kind == Kind.ALLREDUCE and _levels(topology, kind).switch is not None
+
+
+def _levels(topology: Topology, kind: Kind, network: bool = True) -> _Levels:
     """The fabric's levels for ``kind``'s in-switch chunks; :class:`NotApplicable` saying why there are none."""
     try:
         return _Levels(topology, kind, domain_switch(topology, range(topology.num_ranks), kind))
@@ -329,4 +372,4 @@ def _levels(topology: Topology, kind: Kind) -> _Levels:
             raise NotApplicable(f"insw {kind} on {topology.name}: no in-switch operations inside box "
                                 f"{topology.gpus[box[0]]}.. ({str(error).split(': ', 1)[-1]}); without them use ring "
                                 "or forest") from None
-    return _Levels(topology, kind, None, boxes, switches)
+    return _Levels(topology, kind, None, boxes, switches, network)

@@ -1,0 +1,174 @@
+"""insw's size choice: the share of the chunks the switches take, and how, fastest at one size.
+
+:func:`synth.algorithms.insw.insw` splits a collective's chunks between in-switch operations and a ring on
+an explicit ``switch_share``. Which share is fastest depends on the size: at large sizes the in-switch
+allreduce bound's split (:func:`analytic_share`: the fraction f the switches' reduction throughput R can
+take while the links carry the rest, f = R T / M for the bound's time T) is the target; at small sizes the
+ring's 2(N-1) steps cost more than they save and the switch alone wins. :func:`choose` simulates, with the
+flow model (:class:`~synth.choose.Search`), the shares :data:`SHARES` and the analytic one, an allreduce's
+switch chunks both fused (one reduce op multicast by the switch) and as NCCL's NVLS pair (reduce, then
+multicast), and NVLS itself (share 1, the pair, N chunks: the ``nvls`` schedule, so the choice is never
+slower than it); each candidate is cut off once slower than the best so far. The chosen schedule records
+the choice in ``params`` (``variant``, ``size``, ``modelled_time_s``, ``size_choice`` with every candidate's
+time by key).
+
+Examples
+--------
+>>> from synth.library import load_topology
+>>> schedule = choose(load_topology("dgx-h100"), Kind.ALLREDUCE, 2**30)
+>>> schedule.params["variant"], schedule.params["size_choice"]["analytic_share"]
+('share=5/6, fused', '0.835')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from typing import Any
+
+from synth.algorithms.insw import fusable, insw, parse_share
+from synth.algorithms.utils import ProgressFunction
+from synth.choose import PHASE, Search, seconds_text
+from synth.collectives import Kind
+from synth.errors import InputError
+from synth.schedule import Schedule
+from synth.topology import Topology
+
+__all__ = ["REFINE_CANDIDATES", "REFINE_DENOMINATOR", "SHARES", "analytic_share", "choose"]
+
+#: The switch shares every choice tries (besides the analytic one).
+SHARES: tuple[Fraction, ...] = (Fraction(0), Fraction(1, 4), Fraction(1, 2), Fraction(5, 8), Fraction(3, 4),
+                                Fraction(7, 8), Fraction(1))
+
+
+#: The finest denominator, and how many shares at a time, the refinement tries around the best share.
+REFINE_DENOMINATOR = 12
+REFINE_CANDIDATES = 4
+
+
+def analytic_share(topology: Topology, kind: Kind) -> Fraction:
+    """The share of an allreduce the switches combine at the in-switch bound's optimum: R times the bound's
+    seconds per byte (R the summed ``reduction.throughput``), at most 1; 1 where a switch reduces without a
+    throughput limit, and for reduce-scatter and allgather (no split beats the links there).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> float(analytic_share(load_topology("dgx-h100"), Kind.ALLREDUCE))  # 334.5 x 14 / 5607
+    0.8351168182628857
+    """
+    if kind != Kind.ALLREDUCE:
+        return Fraction(1)
+    total = Fraction(0)
+    for switch in topology.switches:
+        reduction = topology.reduction(switch)
+        if reduction is None:
+            continue
+        if reduction.throughput is None:
+            return Fraction(1)
+        total += Fraction(repr(reduction.throughput))
+    if total == 0:
+        return Fraction(1)
+    from synth.bounds import time_bound
+
+    share = total * 10**9 * time_bound(topology, kind).seconds_per_byte
+    return min(share, Fraction(1))
+
+
+def _key(share: Fraction, fused: bool | None) -> str:
+    if share == 0:
+        return "share=0"
+    return f"share={share}" + ("" if fused is None else ", fused" if fused else ", nvls pair")
+
+
+class _Choice:
+    """The candidates tried so far and the fastest, for one size."""
+
+    def __init__(self, topology: Topology, kind: Kind, size: int, search: Search, chunks: int | None) -> None:
+        self.topology, self.kind, self.size, self.search, self.chunks = topology, kind, size, search, chunks
+        self.best: tuple[float, Schedule, str] | None = None
+        self.tried: dict[tuple[Fraction, bool], float] = {}
+
+    def try_share(self, share: Fraction, fused: bool, chunks: int | None) -> None:
+        """Build and simulate one candidate (cut off at the best time; skipped unsimulated where its
+        congestion time alone is no faster than the best); the first is simulated without the work limit."""
+        from synth.evaluate import congestion
+
+        schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused)
+        built = parse_share(schedule.params["switch_share"])
+        key = _key(built, schedule.params.get("fused"))
+        if key in self.search.times:
+            return
+        first = self.best is None
+        if not first:
+            assert self.best is not None
+            floor = float(congestion(schedule, self.topology).seconds_per_byte * self.size)
+            if floor >= self.best[0]:
+                self.search.times[key] = None
+                self.tried[(built, fused)] = float("inf")
+                self.search.report(PHASE, f"{key}: slower, its congestion time alone is {seconds_text(floor)}")
+                return
+        seconds = self.search.measure(schedule, key, key, cutoff=None if first else self.best[0],  # type: ignore[index]
+                                      limited=not first, required=first)
+        if seconds is None:
+            return
+        self.tried[(built, fused)] = seconds
+        if self.best is None or seconds < self.best[0]:
+            self.best = (seconds, schedule, key)
+
+    def refine(self, count: int = REFINE_CANDIDATES) -> None:
+        """The shares s/q (q up to :data:`REFINE_DENOMINATOR`) strictly between the best's neighbours among
+        the shares tried in its form, nearest to the best first, ``count`` of them, while one is faster;
+        nothing where the best is share 0 or 1."""
+        while self.best is not None:
+            current = self.best
+            fused = bool(current[1].params.get("fused", True))
+            share = parse_share(current[1].params["switch_share"])
+            if share in (0, 1):
+                return  # the time is taken to be unimodal in the share: an end beat its one neighbour
+            tried = sorted(f for f, form in self.tried if form == fused or f == 0)
+            lower = max((f for f in tried if f < share), default=share)
+            upper = min((f for f in tried if f > share), default=share)
+            between = sorted({Fraction(s, q) for q in range(2, REFINE_DENOMINATOR + 1) for s in range(1, q)
+                              if lower < Fraction(s, q) < upper and (Fraction(s, q), fused) not in self.tried},
+                             key=lambda f: (abs(f - share), f))
+            for candidate in between[:count]:
+                self.try_share(candidate, fused, self.chunks)
+            if self.best is current:
+                return
+
+
+def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunction | None = None,
+           work_limit: int | None = None, chunks: int | None = None, switch_share: Any = None,
+           fused: bool | None = None) -> Schedule:
+    """insw's schedule for ``size`` bytes: the fastest candidate of the size choice (the module docstring).
+
+    With ``switch_share`` the share is fixed (and ``fused``, default True): that schedule, with ``size``
+    recorded and nothing chosen. ``fused`` alone restricts the candidates to that form. ``chunks`` is passed
+    on to every candidate; ``work_limit`` caps each simulation's link-sharing work (a candidate past it is
+    skipped, except NVLS itself).
+    """
+    if switch_share is not None:
+        schedule = insw(topology, kind, chunks=chunks, switch_share=switch_share, fused=True if fused is None else fused)
+        return dataclasses.replace(schedule, params={**schedule.params, "size": size})
+    if work_limit is not None and (isinstance(work_limit, bool) or not isinstance(work_limit, int) or work_limit < 0):
+        raise InputError("", "work_limit", f"expected a whole number of link-sharing work units, got {work_limit!r}")
+    target = analytic_share(topology, kind)
+    search = Search(topology, kind, size, progress, work_limit=work_limit)
+    choice = _Choice(topology, kind, size, search, chunks)
+    two_forms = fusable(topology, kind)
+    forms = [True, False] if two_forms and fused is None else [True if fused is None else fused]
+    if two_forms and fused is not True:
+        choice.try_share(Fraction(1), False, topology.num_ranks if chunks is None else chunks)  # nvls itself
+    for share in sorted({*SHARES, target.limit_denominator(16)}, reverse=True):
+        for form in forms if share else [True]:
+            choice.try_share(share, form, chunks)
+    choice.refine()
+    best = choice.best
+    assert best is not None
+    seconds, schedule, key = best
+    search.done(f"chose {key}: {seconds_text(seconds)}")
+    record = {"model": "flow", "analytic_share": f"{float(target):.4g}", "chosen_share": schedule.params["switch_share"],
+              "chosen_fused": schedule.params.get("fused"), "time_s": search.times}
+    return dataclasses.replace(schedule, params={**schedule.params, "size": size, "variant": key,
+                                                 "modelled_time_s": seconds, "size_choice": record})
