@@ -161,7 +161,7 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
     >>> topo = load_topology("dgx-h100")
     >>> s = insw(topo, Kind.ALLREDUCE, switch_share="3/4")
     >>> s.chunks, s.params["switch_share"], len(s.switch_ops), verify(s, topo).transfers
-    (32, '3/4', 24, 640)
+    (32, '3/4', 24, 496)
     """
     if kind not in _KINDS:
         raise NotApplicable(f"insw does not do {kind}; it does allreduce, reducescatter and allgather")
