@@ -8,7 +8,10 @@ ring's 2(N-1) steps cost more than they save and the switch alone wins. :func:`c
 flow model (:class:`~synth.choose.Search`), the shares :data:`SHARES` and the analytic one, an allreduce's
 switch chunks both fused (one reduce op multicast by the switch) and as NCCL's NVLS pair (reduce, then
 multicast), and NVLS itself (share 1, the pair, N chunks: the ``nvls`` schedule, so the choice is never
-slower than it); each candidate is cut off once slower than the best so far. The chosen schedule records
+slower than it); each candidate is cut off once slower than the best so far, or skipped when its congestion
+time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
+are tried while faster; then the two fastest with finer slices (:data:`SLICES`, pinned in
+``params["plan"]`` when chosen). The chosen schedule records
 the choice in ``params`` (``variant``, ``size``, ``modelled_time_s``, ``size_choice`` with every candidate's
 time by key).
 
@@ -17,7 +20,7 @@ Examples
 >>> from synth.library import load_topology
 >>> schedule = choose(load_topology("dgx-h100"), Kind.ALLREDUCE, 2**30)
 >>> schedule.params["variant"], schedule.params["size_choice"]["analytic_share"]
-('share=5/6, fused', '0.8352')
+('share=5/6, fused, 32 KiB slices', '0.8352')
 """
 
 from __future__ import annotations
