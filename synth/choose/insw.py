@@ -5,11 +5,12 @@ an explicit ``switch_share``. Which share is fastest depends on the size: at lar
 allreduce bound's split (:func:`analytic_share`: the fraction f the switches' reduction throughput R can
 take while the links carry the rest, f = R T / M for the bound's time T) is the target; at small sizes the
 ring's 2(N-1) steps cost more than they save and the switch alone wins. :func:`choose` simulates, with the
-flow model (:class:`~synth.choose.Search`), the shares :data:`SHARES` and the analytic one, an allreduce's
-switch chunks both fused (one reduce op multicast by the switch) and as NCCL's NVLS pair (reduce, then
-multicast), and NVLS itself (share 1, the pair, N chunks: the ``nvls`` schedule, so the choice is never
-slower than it); each candidate is cut off once slower than the best so far, or skipped when its congestion
-time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
+flow model (:class:`~synth.choose.Search`), NVLS itself first (share 1, the pair, N chunks: the ``nvls``
+schedule, so the choice is never slower than it), then the shares :data:`SHARES` and the analytic one from
+the largest down, an allreduce's switch chunks both fused (one reduce op multicast by the switch) and as
+NCCL's NVLS pair (reduce, then multicast), each form's descent ending at the first share slower than the one
+before (the time is taken to be unimodal in the share), and share 0 (the ring alone); each candidate is cut
+off once slower than the best so far, or skipped when its congestion time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
 are tried while faster; then the two fastest with finer slices (:data:`SLICES`, pinned in
 ``params["plan"]`` when chosen). The chosen schedule records
 the choice in ``params`` (``variant``, ``size``, ``modelled_time_s``, ``size_choice`` with every candidate's
@@ -26,6 +27,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -101,33 +103,48 @@ class _Choice:
         #: the slice size of the best (None: the plan rule's)
         self.slice_bytes: int | None = None
 
-    def try_share(self, share: Fraction, fused: bool, chunks: int | None) -> None:
+    def try_share(self, share: Fraction, fused: bool, chunks: int | None) -> float:
         """Build and simulate one candidate (cut off at the best time; skipped unsimulated where its
-        congestion time alone is no faster than the best); the first is simulated without the work limit."""
+        congestion time alone is no faster than the best); the first is simulated without the work limit.
+        Its time, ``inf`` where it was cut off, skipped or not simulated."""
         from synth.evaluate import congestion
 
         schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused)
         built = parse_share(schedule.params["switch_share"])
         key = _key(built, schedule.params.get("fused"))
         if key in self.search.times:
-            return
+            known = self.search.times[key]
+            return math.inf if known is None else known
         first = self.best is None
-        if not first:
-            assert self.best is not None
+        if self.best is not None:
             floor = float(congestion(schedule, self.topology).seconds_per_byte * self.size)
             if floor >= self.best[0]:
                 self.search.times[key] = None
-                self.tried[(built, fused)] = float("inf")
+                self.tried[(built, fused)] = math.inf
                 self.search.report(PHASE, f"{key}: slower, its congestion time alone is {seconds_text(floor)}")
-                return
-        seconds = self.search.measure(schedule, key, key, cutoff=None if first else self.best[0],  # type: ignore[index]
+                return math.inf
+        seconds = self.search.measure(schedule, key, key, cutoff=None if self.best is None else self.best[0],
                                       limited=not first, required=first)
         if seconds is None:
-            return
+            return math.inf
         self.tried[(built, fused)] = seconds
         self.measured.append((seconds, schedule, key))
         if self.best is None or seconds < self.best[0]:
             self.best = (seconds, schedule, key)
+        return seconds
+
+    def descend(self, shares: list[Fraction], fused: bool, chunks: int | None, start: float = math.inf) -> None:
+        """The ``shares`` (largest first, 0 left out) in one form while each is faster than the one before
+        (``start``: the time of share 1 in this form where known): the time is taken to be unimodal in the
+        share, so a candidate slower than its larger neighbour, or cut off, ends the descent."""
+        previous = start
+        for share in shares:
+            if share == 0:
+                continue
+            seconds = self.try_share(share, fused, chunks)
+            if seconds >= previous:
+                return
+            previous = seconds
 
     def slices(self, candidates: int = SLICE_CANDIDATES) -> None:
         """The ``candidates`` fastest schedules again with each slice size of :data:`SLICES` smaller than
@@ -184,11 +201,13 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
     choice = _Choice(topology, kind, size, search, chunks)
     two_forms = fusable(topology, kind)
     forms = [True, False] if two_forms and fused is None else [True if fused is None else fused]
+    nvls = math.inf
     if two_forms and fused is not True:
-        choice.try_share(Fraction(1), False, topology.num_ranks if chunks is None else chunks)  # nvls itself
-    for share in sorted({*SHARES, target.limit_denominator(16)}, reverse=True):
-        for form in forms if share else [True]:
-            choice.try_share(share, form, chunks)
+        nvls = choice.try_share(Fraction(1), False, topology.num_ranks if chunks is None else chunks)  # nvls itself
+    shares = sorted({*SHARES, target.limit_denominator(16)}, reverse=True)
+    for form in forms:
+        choice.descend([f for f in shares if (f, form) != (1, False)], form, chunks, nvls if form is False else math.inf)
+    choice.try_share(Fraction(0), True, chunks)
     choice.refine()
     choice.slices()
     best = choice.best
