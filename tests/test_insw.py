@@ -111,6 +111,17 @@ def test_the_choice_is_never_slower_than_nvls(name, size):
     assert evaluate(chosen, topo, size).time_s >= time_bound(topo, Kind.ALLREDUCE).time(size)
 
 
+def test_on_several_boxes_the_choice_splits_the_box_level_and_weighs_the_network_switch_against_rail_rings():
+    topo = load_topology("dgx-superpod:sus=1,nodes_per_su=4,sharp=true")
+    chosen = synth.synthesize(topo, "allreduce", "insw", size="1GiB")
+    verify(chosen, topo)
+    times = chosen.params["size_choice"]["time_s"]
+    assert "share=1" in times and any(key.endswith("rail rings") for key in times)
+    ours = evaluate(chosen, topo, GIB).time_s
+    assert ours <= times["share=1"] and ours >= time_bound(topo, Kind.ALLREDUCE).time(GIB)
+    assert Fraction(chosen.params["switch_share"]) < 1  # the box switch's 334.5 GB/s is below the eight NICs'
+
+
 def test_the_analytic_share_is_the_bounds_split():
     # 2(G-1) M / (I + (G-2) R) with G = 8, I = 8 x 450, R = 334.5: f = R T / M = 334.5 x 14 / 5607
     assert analytic_share(load_topology("dgx-h100"), Kind.ALLREDUCE) == Fraction(3345 * 14, 56070)

@@ -9,7 +9,8 @@ flow model (:class:`~synth.choose.Search`), NVLS itself first (share 1, the pair
 schedule, so the choice is never slower than it), then the shares :data:`SHARES` and the analytic one from
 the largest down, an allreduce's switch chunks both fused (one reduce op multicast by the switch) and as
 NCCL's NVLS pair (reduce, then multicast), each form's descent ending at the first share slower than the one
-before (the time is taken to be unimodal in the share), and share 0 (the ring alone); each candidate is cut
+before (the time is taken to be unimodal in the share), and share 0 (the ring alone); on several boxes with a network switch that reduces, the best share also
+with rings of the rail gpus between boxes instead (``network=False``); each candidate is cut
 off once slower than the best so far, or skipped when its congestion time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
 are tried while faster; then the two fastest with finer slices (:data:`SLICES`, pinned in
 ``params["plan"]`` when chosen). The chosen schedule records
@@ -103,15 +104,15 @@ class _Choice:
         #: the slice size of the best (None: the plan rule's)
         self.slice_bytes: int | None = None
 
-    def try_share(self, share: Fraction, fused: bool, chunks: int | None) -> float:
+    def try_share(self, share: Fraction, fused: bool, chunks: int | None, network: bool = True) -> float:
         """Build and simulate one candidate (cut off at the best time; skipped unsimulated where its
         congestion time alone is no faster than the best); the first is simulated without the work limit.
         Its time, ``inf`` where it was cut off, skipped or not simulated."""
         from synth.evaluate import congestion
 
-        schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused)
+        schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused, network=network)
         built = parse_share(schedule.params["switch_share"])
-        key = _key(built, schedule.params.get("fused"))
+        key = _key(built, schedule.params.get("fused")) + ("" if network else ", rail rings")
         if key in self.search.times:
             known = self.search.times[key]
             return math.inf if known is None else known
@@ -120,14 +121,16 @@ class _Choice:
             floor = float(congestion(schedule, self.topology).seconds_per_byte * self.size)
             if floor >= self.best[0]:
                 self.search.times[key] = None
-                self.tried[(built, fused)] = math.inf
+                if network:
+                    self.tried[(built, fused)] = math.inf
                 self.search.report(PHASE, f"{key}: slower, its congestion time alone is {seconds_text(floor)}")
                 return math.inf
         seconds = self.search.measure(schedule, key, key, cutoff=None if self.best is None else self.best[0],
                                       limited=not first, required=first)
         if seconds is None:
             return math.inf
-        self.tried[(built, fused)] = seconds
+        if network:
+            self.tried[(built, fused)] = seconds
         self.measured.append((seconds, schedule, key))
         if self.best is None or seconds < self.best[0]:
             self.best = (seconds, schedule, key)
@@ -209,6 +212,9 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
         choice.descend([f for f in shares if (f, form) != (1, False)], form, chunks, nvls if form is False else math.inf)
     choice.try_share(Fraction(0), True, chunks)
     choice.refine()
+    if choice.best is not None and "in-network" in choice.best[1].params["levels"]:
+        # between boxes, the rail rings instead of the network switch's reduction, at the best share
+        choice.try_share(parse_share(choice.best[1].params["switch_share"]), True, chunks, network=False)
     choice.slices()
     best = choice.best
     assert best is not None
