@@ -14,15 +14,17 @@ with rings of the rail gpus between boxes instead (``network=False``); each cand
 off once slower than the best so far, or skipped when its congestion time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
 are tried while faster; then the two fastest with finer slices (:data:`SLICES`, pinned in
 ``params["plan"]`` when chosen). The chosen schedule records
-the choice in ``params`` (``variant``, ``size``, ``modelled_time_s``, ``size_choice`` with every candidate's
-time by key).
+the choice in ``params`` (``variant``: the share and form, ``size``, ``modelled_time_s``, ``size_choice`` with every
+candidate's time by key and the chosen slice size).
 
 Examples
 --------
 >>> from synth.library import load_topology
 >>> schedule = choose(load_topology("dgx-h100"), Kind.ALLREDUCE, 2**30)
 >>> schedule.params["variant"], schedule.params["size_choice"]["analytic_share"]
-('share=5/6, fused, 32 KiB slices', '0.8352')
+('share=5/6, fused', '0.8352')
+>>> schedule.params["plan"]["slice_bytes"]
+32768
 """
 
 from __future__ import annotations
@@ -223,7 +225,8 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
     record = {"model": "flow", "analytic_share": f"{float(target):.4g}", "chosen_share": schedule.params["switch_share"],
               "chosen_fused": schedule.params.get("fused"), "chosen_slice_bytes": choice.slice_bytes,
               "time_s": search.times}
-    extra: dict[str, Any] = {"size": size, "variant": key, "modelled_time_s": seconds, "size_choice": record}
+    variant = key if choice.slice_bytes is None else key.removesuffix(f", {choice.slice_bytes // 1024} KiB slices")
+    extra: dict[str, Any] = {"size": size, "variant": variant, "modelled_time_s": seconds, "size_choice": record}
     if choice.slice_bytes is not None:
         extra["plan"] = {**schedule.params.get("plan", {}), "slice_bytes": choice.slice_bytes}
     return dataclasses.replace(schedule, params={**schedule.params, **extra})
