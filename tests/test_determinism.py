@@ -24,6 +24,8 @@ TOPOLOGIES = ["hypercube:d=2", "dgx-a100:boxes=2"]
 #: Solver-backed algorithms run only on the small topology, with a generous limit so they finish by
 #: optimality rather than by the clock (a clock-stopped search is not reproducible).
 SMALL_ONLY = {"milp"}
+#: Algorithms that need in-switch operations (none of TOPOLOGIES' switches reduces) are tried on NVLS systems too.
+IN_SWITCH = {"nvls": ["dgx-h100"], "insw": ["dgx-h100", "dgx-superpod:sus=1,nodes_per_su=2,sharp=true"]}
 SOLVER_OPTIONS = {"time_limit_s": 60.0, "progress": None, "workers": 1}
 
 
@@ -37,7 +39,7 @@ def _options(name: str, kind) -> dict:
 
 def cases(name: str) -> list[tuple[str, str]]:
     """(topology, collective) pairs to try for algorithm ``name``."""
-    specs = TOPOLOGIES[:1] if name in SMALL_ONLY else TOPOLOGIES
+    specs = TOPOLOGIES[:1] if name in SMALL_ONLY else TOPOLOGIES + IN_SWITCH.get(name, [])
     return [(spec, kind.value) for spec in specs for kind in sorted(REGISTRY[name].collectives)]
 
 
