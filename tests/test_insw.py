@@ -150,3 +150,19 @@ def test_refusals_name_the_reason():
         insw(load_topology("dgx-h100"), Kind.ALLREDUCE, switch_share="most")
     with pytest.raises(InputError, match="chunks"):
         insw(load_topology("dgx-h100"), Kind.ALLREDUCE, chunks=12)
+
+
+def test_compare_runs_the_choice_per_size_and_reports_its_modelled_time():
+    from synth.compare import run_all
+
+    topo = load_topology("dgx-h100")
+    sizes = [2**20, GIB]
+    rows, _, schedules = run_all(topo, [Kind.ALLREDUCE], sizes, algorithms=["insw", "nvls"])
+    ours = {r.size: r for r in rows if r.algorithm == "insw"}
+    theirs = {r.size: r for r in rows if r.algorithm == "nvls"}
+    for size in sizes:
+        schedule = schedules[("insw", Kind.ALLREDUCE, size)]
+        assert schedule.params["size"] == size  # made for that size
+        assert ours[size].time_s == schedule.params["modelled_time_s"] <= theirs[size].time_s
+    assert schedules[("insw", Kind.ALLREDUCE, 2**20)].params["switch_share"] == "1"
+    assert schedules[("insw", Kind.ALLREDUCE, GIB)].params["switch_share"] == "5/6"
