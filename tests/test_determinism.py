@@ -25,8 +25,11 @@ TOPOLOGIES = ["hypercube:d=2", "dgx-a100:boxes=2"]
 #: optimality rather than by the clock (a clock-stopped search is not reproducible).
 SMALL_ONLY = {"milp"}
 SOLVER_OPTIONS = {"time_limit_s": 60.0, "progress": None, "workers": 1}
-#: In-switch algorithms need switches that reduce and multicast (NVLS boxes, SHARP leaves): tried on one more.
-IN_SWITCH = {"nvls": "dgx-h100", "nvls_tree": "dgx-h100:boxes=2", "collnet": "dgx-superpod:sus=1,nodes_per_su=4,sharp=true"}
+#: In-switch algorithms need switches that reduce and multicast (NVLS boxes, SHARP leaves; none of TOPOLOGIES'
+#: switches does): tried on these too.
+IN_SWITCH = {"nvls": ["dgx-h100"], "nvls_tree": ["dgx-h100:boxes=2"],
+             "collnet": ["dgx-superpod:sus=1,nodes_per_su=4,sharp=true"],
+             "insw": ["dgx-h100", "dgx-superpod:sus=1,nodes_per_su=2,sharp=true"]}
 
 
 def _options(name: str, kind) -> dict:
@@ -39,9 +42,7 @@ def _options(name: str, kind) -> dict:
 
 def cases(name: str) -> list[tuple[str, str]]:
     """(topology, collective) pairs to try for algorithm ``name``."""
-    specs = TOPOLOGIES[:1] if name in SMALL_ONLY else TOPOLOGIES
-    if name in IN_SWITCH:
-        specs = [*specs, IN_SWITCH[name]]
+    specs = TOPOLOGIES[:1] if name in SMALL_ONLY else TOPOLOGIES + IN_SWITCH.get(name, [])
     return [(spec, kind.value) for spec in specs for kind in sorted(REGISTRY[name].collectives)]
 
 

@@ -170,7 +170,8 @@ MAX_REFUSED_SHARE = 0.25
 #: Algorithms that need structure random topologies lack: where no example applied, they must build a
 #: verified schedule on this topology instead (so "not applicable" everywhere cannot hide a broken one).
 STRUCTURED = {"multidim": "torus:dims=2x3", "hierarchical": "ndv2:boxes=2", "nvls": "dgx-h100",
-              "nvls_tree": "dgx-h100:boxes=2", "collnet": "dgx-superpod:sus=1,nodes_per_su=4,sharp=true"}
+              "nvls_tree": "dgx-h100:boxes=2", "collnet": "dgx-superpod:sus=1,nodes_per_su=4,sharp=true",
+              "insw": "dgx-h100"}
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))

@@ -122,6 +122,9 @@ register("nvls_tree", "synth.algorithms.nvls_tree:nvls_tree", {AR}, "NCCL's NVLS
 register("collnet", "synth.algorithms.collnet:collnet", {AR}, "NCCL's CollNet through IB SHARP switches: in-box NVLS, "
          "direct or chain to one head per NIC, the rail switch reduces and multicasts (shape=auto|nvls|direct|chain)",
          variants=({}, {"shape": "chain"}))
+register("insw", "synth.algorithms.insw:insw", {AG, RS, AR}, "a share of the chunks through in-switch ops (NVLS, "
+         "SHARP; per box, then between boxes), the rest on a ring over the links' remaining capacity; "
+         "switch_share=3/4; size=...: the share fastest at that size", size_sensitive=True)
 register("milp", "synth.algorithms.milp:milp", {AG, A2A, AR, RS}, "latency-aware time-indexed schedules (TE-CCL style, CP-SAT), sketches",
          size_sensitive=True, slow=True, time_limited=True)
 

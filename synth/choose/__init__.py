@@ -8,7 +8,8 @@ size lives here, on top of the algorithms and the simulator:
   plan rule, an optional slice size) with a cutoff and a work limit, skip it when it is over a simulation
   limit (and say so), record its time under its key, and report it to a progress callback;
 - a *chooser* per algorithm (:data:`CHOOSERS`) generates the candidates and decides which to try next
-  (:mod:`synth.choose.forest`: forest's size choice);
+  (:mod:`synth.choose.forest`: forest's size choice; :mod:`synth.choose.insw`: the share of the
+  chunks insw puts through the switches);
 - :func:`synthesize` is the entry every face uses (CLI, compare, tune, demo, catalog, sweep): with a
   ``size`` and a chooser for the algorithm it runs the choice, otherwise it constructs the schedule with
   :func:`synth.algorithms.synthesize`.
@@ -168,6 +169,7 @@ class Chooser:
 #: NCCL's tuning model, the tree's chunk count, milp's epochs).
 CHOOSERS: dict[str, Chooser] = {
     "forest": Chooser("synth.choose.forest:choose", {"size": None, "progress": None, "work_limit": None}),
+    "insw": Chooser("synth.choose.insw:choose", {"size": None, "progress": None, "work_limit": None}),
 }
 
 

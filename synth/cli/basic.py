@@ -131,7 +131,7 @@ def generate(
     if isinstance(summary, str):  # what produced the result (milp: proven optimal, improved or the greedy plan)
         console.print(f"{algorithm}: {summary}", soft_wrap=True)
     choice = schedule.params.get("size_choice") if isinstance(schedule.params, dict) else None
-    if isinstance(choice, dict):  # forest chose its variant for a size: say which, and its modelled time
+    if isinstance(choice, dict):  # a chooser (forest, insw) chose the variant for a size: say which, and its time
         console.print(f"{algorithm}: {_size_choice_line(schedule.params, choice)}", soft_wrap=True)
 
 
@@ -142,8 +142,14 @@ def _size_choice_line(params: Mapping[str, Any], choice: Mapping[str, Any]) -> s
     tried = len(choice.get("time_s", {}))
     return (f"chose {params.get('variant')} with {slices}, the fastest of {tried} variants simulated at "
             f"{format_size(params['size'])}: {fmt_time(params['modelled_time_s'])} ({choice.get('model')} model; "
-            f"{choice.get('optimal_trees_per_root')} trees per root are optimal on paper; every variant's time is in "
-            "params.size_choice)")
+            f"{_paper_line(choice)}; every variant's time is in params.size_choice)")
+
+
+def _paper_line(choice: Mapping[str, Any]) -> str:
+    """What the chooser's record says is best on paper: forest's optimal trees, insw's analytic share."""
+    if "analytic_share" in choice:
+        return f"the in-switch bound's split puts {choice['analytic_share']} of the data in the switches"
+    return f"{choice.get('optimal_trees_per_root')} trees per root are optimal on paper"
 
 
 def _generate_trees(topo: Topology, spec: str, kind: Kind, algorithm: str, options: dict[str, Any], output: str,
