@@ -179,10 +179,10 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
             entry_class.append(cls)
         resource = charged.get(t.id)
         if resource is not None:
-            index = link_index.get(resource[:2])  # type: ignore[arg-type]
+            index = link_index.get(resource[:2])
             if index is None:
                 index = len(capacity)
-                link_index[resource[:2]] = index  # type: ignore[index]
+                link_index[resource[:2]] = index
                 capacity.append(resource[2] * GIGA * efficiency)
             entry_link.append(index)
             entry_class.append(cls)
@@ -191,10 +191,11 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
         if is_local:
             delay.append(0.0)
         else:
-            if t.to_switch is not None or t.from_switch is not None:
-                between_boxes = network_op[t.to_switch if t.to_switch is not None else t.from_switch]
+            op_index = t.switch_op
+            if op_index is not None:
+                between_boxes = network_op[op_index]
             else:
-                between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]
+                between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]  # type: ignore[index]
             step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
             delay.append((topology.path_latency(t.path) + step) * MICRO)
         return cls
@@ -202,10 +203,10 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
     known = class_of_path.get
     for t in transfers:
         key: Any = t.path
-        if network_op and (t.to_switch is not None or t.from_switch is not None):
+        op_index = t.switch_op
+        if network_op and op_index is not None:
             resource = charged.get(t.id)
-            key = (t.path, None if resource is None else resource[:2],
-                   network_op[t.to_switch if t.to_switch is not None else t.from_switch])
+            key = (t.path, None if resource is None else resource[:2], network_op[op_index])
         cls = known(key)
         ids.append(t.id)
         of_class.append(new_class(t, key) if cls is None else cls)

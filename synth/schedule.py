@@ -87,6 +87,18 @@ class Transfer:
         """True for a leg of a switch op (it starts or ends at a switch, not at a rank)."""
         return self.to_switch is not None or self.from_switch is not None
 
+    @property
+    def switch_op(self) -> int | None:
+        """The switch op this transfer is a leg of (``to_switch`` or ``from_switch``), or None."""
+        return self.to_switch if self.to_switch is not None else self.from_switch
+
+    def ends(self) -> tuple[int, int]:
+        """``(src, dst)`` of a transfer between ranks; :class:`ValueError` for a leg of a switch op (a
+        consumer that cannot express switch ops refuses them first: :meth:`Schedule.require_point_to_point`)."""
+        if self.src is None or self.dst is None:
+            raise ValueError(f"transfer {self.id} is a leg of switch op {self.switch_op}, not a transfer between ranks")
+        return self.src, self.dst
+
     def scratch_slots(self) -> dict[str, int]:
         """The scratch slots it reads or writes, by field name (``{}`` when it moves data cells only)."""
         slots = {}

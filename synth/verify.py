@@ -447,10 +447,10 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
             # an output leg: its source is the op's result, complete once every input (all among its deps) is in
             held = value.get(-1 - t.from_switch, 0)
             source = None
-        elif src_slot is None:
-            source = t.src * num_ids + chunk
+        elif src_slot is None:  # src and dst are ranks here (legs are handled apart, _check_paths proved it)
+            source = t.src * num_ids + chunk  # type: ignore[operator]
         else:
-            source = scratch_base + src_slot * num_ranks + t.src
+            source = scratch_base + src_slot * num_ranks + t.src  # type: ignore[operator]
         if source is None:
             pass
         elif with_legs and t.to_switch is not None:
@@ -468,9 +468,9 @@ def _replay(schedule: Schedule, order: list[int], topo_index: list[int]) -> int:
             value[into] = current | value[source]
             continue
         if dst_slot is None:
-            target = t.dst * num_ids + chunk
+            target = t.dst * num_ids + chunk  # type: ignore[operator]
         else:
-            target = scratch_base + dst_slot * num_ranks + t.dst
+            target = scratch_base + dst_slot * num_ranks + t.dst  # type: ignore[operator]
         if source is not None:
             held = value.get(source, 0)
             writer = last_writer.get(source)
