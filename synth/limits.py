@@ -19,7 +19,7 @@ limit                       default        what it bounds
 ``max_schedule_bytes``      512 MiB        a schedule file, read or written (generate refuses to write
                                            one that the loaders would refuse to read)
 ``max_message_bytes``       1 PiB          a message size (``--size``, ``--max-bytes``, sweep sizes)
-``max_sweep_rows``          1,000,000      rows of one sweep (grid points x collectives x algorithms x
+``max_sweep_rows``          100,000        rows of one sweep (grid points x collectives x algorithms x
                                            sizes), counted before the grid is expanded
 ``max_verify_steps``        200,000,000    dependency-graph steps the verifier may take to prove that
                                            the accesses to each (rank, chunk) are ordered
@@ -160,7 +160,7 @@ LIMITS: dict[str, Limit] = {
         Limit("max_yaml_bytes", 4 * 2**20, "SYNTH_MAX_YAML_BYTES", "bytes", 2**40),
         Limit("max_schedule_bytes", 512 * 2**20, "SYNTH_MAX_SCHEDULE_BYTES", "bytes", 2**40),
         Limit("max_message_bytes", PIB, "SYNTH_MAX_MESSAGE_BYTES", "bytes", 2**62),
-        Limit("max_sweep_rows", 1_000_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10),
+        Limit("max_sweep_rows", 100_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10),
         Limit("max_verify_steps", 200_000_000, "SYNTH_MAX_VERIFY_STEPS", "steps", 1e13),
         Limit("max_graph_work", 2_000_000_000, "SYNTH_MAX_GRAPH_WORK", "steps", 1e15),
         Limit("max_tree_arcs", 20_000_000, "SYNTH_MAX_TREE_ARCS", "tree arcs", 1e10),
