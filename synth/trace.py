@@ -241,6 +241,7 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     >>> schedule_to_et(synthesize(load_topology("switch:n=4"), "allreduce", "ring"), 2**20, slices=4).counts()
     {'COMM_RECV_NODE': 96, 'COMM_SEND_NODE': 96, 'COMP_NODE': 48}
     """
+    schedule.require_point_to_point("Chakra traces (ASTRA-sim)")
     transfers = schedule.transfers
     _check_slicing(len(transfers), tag_base, slices, window)
     default_us, comp_by_transfer, recv_after = et_params(schedule)

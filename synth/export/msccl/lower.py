@@ -203,6 +203,7 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     >>> program.stats()["threadblocks"], sorted({s.type for g in program.tbs for tb in g for s in tb.steps})
     (16, ['r', 'rcs', 'rrcs', 'rrs', 's'])
     """
+    schedule.require_point_to_point("MSCCL XML export")
     proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
     label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
     written = len(escape_attribute(label))
