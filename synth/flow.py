@@ -181,10 +181,10 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
             entry_class.append(cls)
         resource = charged.get(t.id)
         if resource is not None:  # kept apart from the links: a node may be named "reduction" or "multicast"
-            index = resource_index.get(resource[:2])  # type: ignore[arg-type]
+            index = resource_index.get(resource[:2])
             if index is None:
                 index = len(capacity)
-                resource_index[resource[:2]] = index  # type: ignore[index]
+                resource_index[resource[:2]] = index
                 capacity.append(resource[2] * GIGA * efficiency)
             entry_link.append(index)
             entry_class.append(cls)

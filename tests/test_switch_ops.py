@@ -472,9 +472,9 @@ def test_a_node_named_like_a_switch_resource_shares_no_capacity_with_it(name):
 def switch_schedules(draw) -> tuple[Topology, Schedule]:
     """A random one-switch topology (2..8 gpus, random link bandwidths, a random reduction throughput or
     none, multicast on) and an allreduce whose chunks are each done in the switch (reduce to a random
-    owner, then a multicast back) or point to point through it (a reduce chain in a random rank order, then
-    copies from its end), the transfers of different chunks interleaved at random, and each reduce's inputs
-    in a random order."""
+    owner, then a multicast back; or one reduce whose outputs go to every rank) or point to point through it
+    (a reduce chain in a random rank order, then copies from its end), the transfers of different chunks
+    interleaved at random, and each op's legs in a random order."""
     n = draw(st.integers(2, 8))
     bandwidths = draw(st.lists(st.sampled_from([5.0, 12.5, 25.0, 100.0, 450.0]), min_size=n, max_size=n))
     throughput = draw(st.one_of(st.none(), st.sampled_from([10.0, 50.0, 334.5, 2000.0])))
@@ -484,15 +484,25 @@ def switch_schedules(draw) -> tuple[Topology, Schedule]:
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, n, chunks), topo.name, g, "manual")
     plans = []
     for c in range(chunks):
-        in_switch = draw(st.booleans())
+        mode = draw(st.sampled_from(["two ops", "one op", "point to point"]))
         order = draw(st.permutations(range(n)))
-        plans.append((c, in_switch, order, draw(st.integers(0, n - 1))))
+        plans.append((c, mode, order, draw(st.integers(0, n - 1))))
     # each chunk is a list of steps run in order; steps of different chunks interleave in a random order
     state: dict[int, dict] = {c: {} for c in range(chunks)}
 
-    def steps(c: int, in_switch: bool, order: list[int], owner: int):
+    def steps(c: int, mode: str, order: list[int], owner: int):
         s = state[c]
-        if in_switch:
+        if mode == "one op":
+            def reduce_all_in():
+                s["k"] = b.add_switch_op(SW, "reduce", c)
+                for r in order:
+                    b.add_to_switch(r, s["k"], (g[r], SW))
+
+            def reduce_all_out():
+                for r in reversed(order):
+                    b.add_from_switch(s["k"], r, (SW, g[r]))
+            return [reduce_all_in, reduce_all_out]
+        if mode == "two ops":
             def reduce_in():
                 s["k"] = b.add_switch_op(SW, "reduce", c)
                 for r in order:
@@ -649,3 +659,74 @@ def test_compare_under_the_astra_model_skips_a_schedule_with_switch_ops():
     assert any(s.algorithm == "nvls" and "the astra model" in s.reason for s in skipped), skipped
     flow_rows, _, _ = run_all(topo, [Kind.ALLREDUCE], [2**20], ["nvls"])
     assert "nvls" in {row.algorithm for row in flow_rows}
+
+
+def sharp_allreduce(topo: Topology, boxes: int) -> Schedule:
+    """A hierarchical allreduce on a SHARP superpod: chunk c is reduced in each box's NVSwitch into the box's
+    gpu on rail c, reduced across the boxes in rail c's leaf switch (legs gpu -> nic -> leaf) and multicast
+    back to those gpus by the same op, then multicast in each box."""
+    g = topo.gpus
+    per_box = topo.num_ranks // boxes
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, topo.num_ranks, per_box), topo.name, g, "manual")
+    for c in range(per_box):
+        rail = [box * per_box + c for box in range(boxes)]
+        gathered = []
+        for box in range(boxes):
+            nvs = f"b{box}.nvs"
+            k = b.add_switch_op(nvs, "reduce", c)
+            for r in range(box * per_box, (box + 1) * per_box):
+                b.add_to_switch(r, k, (g[r], nvs))
+            gathered.append(b.add_from_switch(k, rail[box], (nvs, g[rail[box]])))
+        leaf = f"su0.leaf{c}"
+        k = b.add_switch_op(leaf, "reduce", c)
+        for box, r in enumerate(rail):
+            b.add_to_switch(r, k, (g[r], f"b{box}.nic{c}", leaf), deps=[gathered[box]])
+        back = [b.add_from_switch(k, r, (leaf, f"b{box}.nic{c}", g[r])) for box, r in enumerate(rail)]
+        for box, r in enumerate(rail):
+            nvs = f"b{box}.nvs"
+            m = b.add_switch_op(nvs, "multicast", c)
+            b.add_to_switch(r, m, (g[r], nvs), deps=[back[box]])
+            for other in range(box * per_box, (box + 1) * per_box):
+                if other != r:
+                    b.add_from_switch(m, other, (nvs, g[other]))
+    return b.build()
+
+
+def test_a_sharp_superpod_allreduce_in_box_and_leaf_switches_verifies_and_respects_the_bound():
+    topo = load_topology("dgx-superpod:sus=1,nodes_per_su=4,sharp=true")
+    schedule = sharp_allreduce(topo, boxes=4)
+    assert {op.switch for op in schedule.switch_ops} >= {"b0.nvs", "su0.leaf3"}
+    verify(schedule, topo)
+    bound = time_bound(topo, Kind.ALLREDUCE)
+    for size in (2**20, 2**28):
+        for plan in _plans(schedule, size)[:2]:
+            compiled = simulate_detailed(schedule, topo, size, plan)
+            assert compiled == simulate_detailed(schedule, topo, size, plan, engine="reference")
+            assert compiled.time_s >= bound.time(size) * (1 - 1e-9)
+    # the leg's path crosses the nic (a switch): a leg that skips it is no link
+    leg = next(t.id for t in schedule.transfers if t.to_switch is not None and len(t.path) == 3)
+    refused(with_transfer(schedule, leg, path=(schedule.transfers[leg].path[0], schedule.transfers[leg].path[2])),
+            topo, f"transfer {leg}", "is not a link")
+    # without SHARP the leaf cannot reduce
+    plain = load_topology("dgx-superpod:sus=1,nodes_per_su=4")
+    refused(dataclasses.replace(schedule, topology=plain.name), plain, "switch su0.leaf0 cannot reduce")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=switch_schedules(), data=st.data())
+def test_random_switch_schedules_broken_are_refused(case, data):
+    topo, schedule = case
+    if not schedule.switch_ops:
+        return
+    with pytest.raises(VerificationError, match="cannot reduce|cannot multicast"):
+        verify(schedule, topo.passive())
+    inputs, outputs = schedule.legs()
+    k = data.draw(st.sampled_from(range(len(schedule.switch_ops))))
+    out = data.draw(st.sampled_from(outputs[k]))
+    dropped = data.draw(st.sampled_from(inputs[k]))
+    deps = tuple(d for d in schedule.transfers[out].deps if d != dropped)
+    refused(with_transfer(schedule, out, deps=deps), topo, f"transfer {out}", "every input leg", f"missing [{dropped}]")
+    leg = data.draw(st.sampled_from(inputs[k] + outputs[k]))
+    other = (schedule.switch_ops[k].chunk + 1) % (schedule.chunks + 1)
+    if other < schedule.chunks:
+        refused(with_transfer(schedule, leg, chunk=other), topo, f"transfer {leg}", f"carries chunk {other}")
