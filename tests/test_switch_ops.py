@@ -376,6 +376,15 @@ def test_a_leg_of_another_chunk_is_refused():
     refused(with_transfer(schedule, 1, chunk=2), topo, "transfer 1", "carries chunk 2 but switch op 0 works on chunk 0")
 
 
+def test_an_input_leg_that_reduces_is_refused():
+    """An input leg's op has no meaning (the switch op's kind says what is done); "reduce" there was accepted,
+    even in an allgather, which reduces nothing."""
+    topo = star(3)
+    refused(with_transfer(switch_allgather(topo), 0, op="reduce"), topo, "transfer 0", "input leg of switch op 0",
+            "has op 'reduce'")
+    refused(with_transfer(nvls_allreduce(topo), 1, op="reduce"), topo, "transfer 1", "op 'copy'")
+
+
 def test_a_leg_with_a_rank_at_the_switch_end_or_a_null_rank_end_is_refused():
     topo = star(3)
     schedule = nvls_allreduce(topo)
