@@ -265,7 +265,14 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
                 schedule, elapsed = made
                 schedules[(algorithm.name, kind.value)] = schedule
                 variant = str(schedule.params.get("variant", ""))
-                for result in evaluate_sizes(schedule, topology, group, model=model, options=plan):
+                try:
+                    results = evaluate_sizes(schedule, topology, group, model=model, options=plan)
+                except NotApplicable as reason:  # a model that cannot run it (astra: in-switch operations)
+                    if str(reason) not in reasons:
+                        reasons.add(str(reason))
+                        skipped.append(Skipped(algorithm.name, kind.value, str(reason)))
+                    continue
+                for result in results:
                     schedules[(algorithm.name, kind.value, result.size)] = schedule
                     rows.append(Row(algorithm.name, kind.value, result.size, result.time_s, result.algbw_GBps,
                                     result.busbw_GBps, result.congestion_time_s, elapsed, result.plan,

@@ -8,6 +8,11 @@ root; for allreduce it is first reduced then spread; for alltoall it is the chun
 path from its origin to its destination. Schedules from tree algorithms (``forest``, ``tree``) read best
 per tree, the others per step.
 
+A leg of an in-switch operation (:mod:`synth.schedule`) has the switch at one end, shown as
+``nvs:reduce`` (the switch and the op's kind; with the op's id in the critical path,
+``nvs:reduce#5``): ``3->nvs:reduce c0-7`` is rank 3 sending chunks 0-7 to be reduced in switch nvs,
+``nvs:multicast->5 c2`` the multicast result of chunk 2 arriving at rank 5.
+
 Examples
 --------
 >>> from synth.library import load_topology
@@ -35,19 +40,53 @@ from synth.topology import Topology
 
 @dataclass(frozen=True)
 class Move:
-    """All transfers of one step between one (src, dst) pair with one op: which chunks, which way."""
+    """All transfers of one step between one (src, dst) pair with one op: which chunks, which way. For the
+    legs of in-switch operations one end is None and ``switch`` / ``switch_kind`` name the switch and the
+    kind of its ops (``"reduce"`` or ``"multicast"``)."""
 
-    src: int
-    dst: int
+    src: int | None
+    dst: int | None
     op: str
     chunks: tuple[int, ...]
     via: tuple[str, ...] = ()
+    switch: str | None = None
+    switch_kind: str | None = None
 
     def describe(self) -> str:
-        """``"0->1 c0-3"`` (``"=>"`` for reduce), with intermediate nodes when the path has any."""
+        """``"0->1 c0-3"`` (``"=>"`` for reduce), with intermediate nodes when the path has any; a leg of a
+        switch op shows the switch as ``nvs:reduce``."""
         arrow = "=>" if self.op == REDUCE else "->"
         via = f" via {','.join(self.via)}" if self.via else ""
-        return f"{self.src}{arrow}{self.dst} c{compress(self.chunks)}{via}"
+        at_switch = f"{self.switch}:{self.switch_kind}"
+        src = at_switch if self.src is None else self.src
+        dst = at_switch if self.dst is None else self.dst
+        return f"{src}{arrow}{dst} c{compress(self.chunks)}{via}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` form (``switch`` and ``switch_kind`` only on the legs of switch ops)."""
+        data: dict[str, Any] = {"src": self.src, "dst": self.dst, "op": self.op, "chunks": list(self.chunks),
+                                "via": list(self.via)}
+        if self.switch is not None:
+            data["switch"], data["switch_kind"] = self.switch, self.switch_kind
+        return data
+
+
+def endpoints(schedule: Schedule, t: Transfer, with_id: bool = False) -> tuple[int | str, int | str]:
+    """A transfer's two ends: ranks, or for the legs of a switch op the switch as ``"nvs:reduce"``
+    (``"nvs:reduce#5"`` with ``with_id``)."""
+    index = t.to_switch if t.to_switch is not None else t.from_switch
+    if index is None:
+        return t.src, t.dst  # type: ignore[return-value]
+    op = schedule.switch_ops[index]
+    label = f"{op.switch}:{op.kind}{f'#{op.id}' if with_id else ''}"
+    return (t.src, label) if t.to_switch is not None else (label, t.dst)  # type: ignore[return-value]
+
+
+def describe_transfer(schedule: Schedule, t: Transfer) -> str:
+    """One transfer as the critical path shows it: ``"0->1(c3)"``, ``"0=>1(c3)"`` for a reduce,
+    ``"0->nvs:reduce#5(c3)"`` for a leg of a switch op."""
+    src, dst = endpoints(schedule, t, with_id=True)
+    return f"{src}{'=>' if t.op == REDUCE else '->'}{dst}(c{t.chunk})"
 
 
 @dataclass(frozen=True)
@@ -67,7 +106,8 @@ class Tree:
 
     root: int
     chunks: tuple[int, ...]
-    edges: tuple[tuple[int, int, str], ...]
+    #: (src, dst, op) in dependency order; a switch end of a leg is ``"nvs:reduce"`` (:func:`endpoints`).
+    edges: tuple[tuple[int | str, int | str, str], ...]
     depth: int
 
     def describe(self, limit: int = 12) -> str:
@@ -149,8 +189,7 @@ class Explanation:
                                "bandwidth_GBps": link.bandwidth_GBps, "seconds": link.seconds,
                                "percent_of_busiest": link.percent_of_busiest} for link in self.busiest_links],
             "steps": [{"level": s.level, "transfers": s.transfers, "copies": s.copies, "reduces": s.reduces,
-                       "moves": [{"src": m.src, "dst": m.dst, "op": m.op, "chunks": list(m.chunks),
-                                  "via": list(m.via)} for m in s.moves]} for s in self.steps],
+                       "moves": [m.to_dict() for m in s.moves]} for s in self.steps],
             "trees": [{"root": t.root, "chunks": list(t.chunks), "depth": t.depth,
                        "edges": [list(e) for e in t.edges]} for t in self.trees],
         }
@@ -250,15 +289,23 @@ def critical_path(schedule: Schedule, topology: Topology, size: int, level: list
 def steps(schedule: Schedule, level: list[int] | None = None) -> tuple[Step, ...]:
     """Transfers grouped by dependency level, then by (src, dst, op, intermediate nodes)."""
     level = level if level is not None else levels(schedule)
-    grouped: dict[int, dict[tuple[int, int, str, tuple[str, ...]], list[int]]] = defaultdict(lambda: defaultdict(list))
+    grouped: dict[int, dict[tuple[Any, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    ops = schedule.switch_ops
     for t in schedule.transfers:
-        grouped[level[t.id]][(t.src, t.dst, t.op, t.path[1:-1])].append(t.chunk)
+        index = t.to_switch if t.to_switch is not None else t.from_switch
+        switch = ("", "") if index is None else (ops[index].switch, ops[index].kind)
+        grouped[level[t.id]][(t.src, t.dst, t.op, t.path[1:-1], *switch)].append(t.chunk)
         counts[level[t.id]][1 if t.op == REDUCE else 0] += 1
+
+    def order(key: tuple[Any, ...]) -> tuple[Any, ...]:  # a leg's switch end (None) sorts before every rank
+        return (-1 if key[0] is None else key[0], -1 if key[1] is None else key[1], *key[2:])
+
     result = []
     for lvl in sorted(grouped):
-        moves = tuple(Move(src, dst, op, tuple(sorted(chunks)), via)
-                      for (src, dst, op, via), chunks in sorted(grouped[lvl].items()))
+        moves = tuple(Move(src, dst, op, tuple(sorted(chunks)), via, switch or None, kind or None)
+                      for (src, dst, op, via, switch, kind), chunks in sorted(grouped[lvl].items(),
+                                                                              key=lambda item: order(item[0])))
         copies, reduces = counts[lvl]
         result.append(Step(lvl, copies + reduces, copies, reduces, moves))
     return tuple(result)
@@ -267,16 +314,20 @@ def steps(schedule: Schedule, level: list[int] | None = None) -> tuple[Step, ...
 def chunk_root(schedule: Schedule, chunk: int, moves: list[Transfer]) -> int:
     """The rank a chunk's tree hangs from: the root for rooted collectives, the origin for alltoall,
     the chunk's owner for allgather and reduce-scatter. Allreduce chunks have no owner: their tree hangs
-    from the rank where the reduction completes (the destination of the chunk's last reduce, in
-    dependency order ``moves``)."""
+    from the rank where the reduction completes (the destination of the chunk's last reduce, or of an
+    output of an in-switch reduce, in dependency order ``moves``)."""
     collective = schedule.collective
     if collective.root is not None:
         return collective.root
     if collective.kind == Kind.ALLTOALL:
         return collective.origin(chunk)
     if collective.kind == Kind.ALLREDUCE:
-        reduces = [t for t in moves if t.op == REDUCE]
-        return reduces[-1].dst if reduces else moves[0].src
+        ops = schedule.switch_ops
+        reduces = [t for t in moves if t.op == REDUCE or t.from_switch is not None and ops[t.from_switch].kind == REDUCE]
+        if reduces and reduces[-1].dst is not None:
+            return reduces[-1].dst
+        first = next((t.src for t in moves if t.src is not None), None)
+        return 0 if first is None else first
     return collective.owner(chunk)
 
 
@@ -286,11 +337,11 @@ def trees(schedule: Schedule, level: list[int] | None = None) -> tuple[Tree, ...
     by_chunk: dict[int, list[Transfer]] = defaultdict(list)
     for t in schedule.transfers:
         by_chunk[t.chunk].append(t)
-    merged: dict[tuple[int, tuple[tuple[int, int, str], ...]], list[int]] = {}
-    depth_of: dict[tuple[int, tuple[tuple[int, int, str], ...]], int] = {}
+    merged: dict[tuple[int, tuple[tuple[int | str, int | str, str], ...]], list[int]] = {}
+    depth_of: dict[tuple[int, tuple[tuple[int | str, int | str, str], ...]], int] = {}
     for chunk in sorted(by_chunk):
         moves = sorted(by_chunk[chunk], key=lambda t: (level[t.id], t.id))
-        edges = tuple((t.src, t.dst, t.op) for t in moves)
+        edges = tuple((*endpoints(schedule, t), t.op) for t in moves)
         key = (chunk_root(schedule, chunk, moves), edges)
         merged.setdefault(key, []).append(chunk)
         depth_of[key] = len({level[t.id] for t in moves})

@@ -158,6 +158,8 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
     boxes = topology.boxes
     efficiency = float(costs.efficiency)
     link_index: dict[tuple[str, str], int] = {}
+    #: (switch, "reduction" or "multicast") -> its throughput's index among the capacities
+    resource_index: dict[tuple[str, str], int] = {}
     capacity: list[float] = []
     class_of_path: dict[tuple[str, ...], int] = {}
     entry_link: list[int] = []
@@ -178,11 +180,11 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
             entry_link.append(index)
             entry_class.append(cls)
         resource = charged.get(t.id)
-        if resource is not None:
-            index = link_index.get(resource[:2])
+        if resource is not None:  # kept apart from the links: a node may be named "reduction" or "multicast"
+            index = resource_index.get(resource[:2])
             if index is None:
                 index = len(capacity)
-                link_index[resource[:2]] = index
+                resource_index[resource[:2]] = index
                 capacity.append(resource[2] * GIGA * efficiency)
             entry_link.append(index)
             entry_class.append(cls)

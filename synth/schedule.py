@@ -219,8 +219,8 @@ class Schedule:
             raise NotApplicable(
                 f"{what} cannot express in-switch operations; schedule {self.algorithm!r} has "
                 f"{len(self.switch_ops):,} (the first: switch op 0, a {first.kind} of chunk {first.chunk} on "
-                f"switch {first.switch}). Use a schedule without them (e.g. --no-switch-ops), or a target "
-                f"that has them (synth export mscclpp)")
+                f"switch {first.switch}). Use a schedule whose algorithm moves data between ranks only (ring, "
+                f"tree, forest, ...), or a target that has them (synth export mscclpp)")
 
     @property
     def kind(self) -> Kind:

@@ -241,6 +241,7 @@ def schedule_to_et(schedule: Schedule, size: int, comp_duration_us: int | None =
     >>> schedule_to_et(synthesize(load_topology("switch:n=4"), "allreduce", "ring"), 2**20, slices=4).counts()
     {'COMM_RECV_NODE': 96, 'COMM_SEND_NODE': 96, 'COMP_NODE': 48}
     """
+    schedule.require_point_to_point("Chakra traces (ASTRA-sim)")
     transfers = schedule.transfers
     _check_slicing(len(transfers), tag_base, slices, window)
     default_us, comp_by_transfer, recv_after = et_params(schedule)
@@ -326,33 +327,35 @@ class _RankTraces:
 
     def _local_reduction(self, t: Transfer, j: int, info: dict[str, Any]) -> EtNode:
         """Slice ``j`` of a local reduction: one COMP node on its rank."""
-        local = EtNode(len(self.nodes[t.src]), f"local_{t.op}_t{t.id}_c{t.chunk}{self._suffix(j)}", NodeType.COMP_NODE,
+        rank = t.ends()[0]
+        local = EtNode(len(self.nodes[rank]), f"local_{t.op}_t{t.id}_c{t.chunk}{self._suffix(j)}", NodeType.COMP_NODE,
                        duration_us=self.comp_by_transfer.get(t.id, self.default_us), transfer=t.id, slice=j,
                        extras={**info, "deps": list(t.deps), "local": True, **t.scratch_slots()} if self.extras else {})
-        self.nodes[t.src].append(local)
+        self.nodes[rank].append(local)
         return local
 
     def _message(self, t: Transfer, j: int, nbytes: int, info: dict[str, Any]) -> tuple[EtNode, EtNode, EtNode]:
         """Slice ``j`` of a transfer between two ranks: its send, its recv and the node that finishes it
         (a COMP after the recv for a reduction or a listed COMP duration, else the recv)."""
+        src, dst = t.ends()
         tag = self.tag_base + t.id * self.slices + j
         suffix = self._suffix(j)
-        send = EtNode(len(self.nodes[t.src]), f"send_t{t.id}_c{t.chunk}_to{t.dst}{suffix}", NodeType.COMM_SEND_NODE,
-                      peer=t.dst, size=nbytes, tag=tag, transfer=t.id, slice=j,
+        send = EtNode(len(self.nodes[src]), f"send_t{t.id}_c{t.chunk}_to{dst}{suffix}", NodeType.COMM_SEND_NODE,
+                      peer=dst, size=nbytes, tag=tag, transfer=t.id, slice=j,
                       extras={**info, "deps": list(t.deps), "path": list(t.path), **t.scratch_slots()} if self.extras else {})
-        self.nodes[t.src].append(send)
-        recv = EtNode(len(self.nodes[t.dst]), f"recv_t{t.id}_c{t.chunk}_from{t.src}{suffix}", NodeType.COMM_RECV_NODE,
-                      peer=t.src, size=nbytes, tag=tag, transfer=t.id, slice=j, extras=dict(info))
-        self.nodes[t.dst].append(recv)
+        self.nodes[src].append(send)
+        recv = EtNode(len(self.nodes[dst]), f"recv_t{t.id}_c{t.chunk}_from{src}{suffix}", NodeType.COMM_RECV_NODE,
+                      peer=src, size=nbytes, tag=tag, transfer=t.id, slice=j, extras=dict(info))
+        self.nodes[dst].append(recv)
         done = recv
         if t.op == REDUCE or t.id in self.comp_by_transfer:
             duration = self.comp_by_transfer.get(t.id, self.default_us)
             comp_extras: dict[str, Any] = {"transfer": t.id} if self.extras else {}
             if self.extras and self.sliced:
                 comp_extras["slice"] = j
-            done = EtNode(len(self.nodes[t.dst]), f"reduce_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE, (recv.id,),
+            done = EtNode(len(self.nodes[dst]), f"reduce_t{t.id}_c{t.chunk}{suffix}", NodeType.COMP_NODE, (recv.id,),
                           duration_us=duration, transfer=t.id, slice=j, extras=comp_extras)
-            self.nodes[t.dst].append(done)
+            self.nodes[dst].append(done)
         return send, recv, done
 
     def on_rank(self, dep: int, rank: int) -> list[EtNode] | None:
@@ -374,21 +377,22 @@ class _RankTraces:
         for t in effective:
             if t.id in self.nodeless:
                 continue
-            send_deps: set[int] = set()  # transfer ids whose node on t.src precedes t's send (slice by slice)
+            src, dst = t.ends()
+            send_deps: set[int] = set()  # transfer ids whose node on src precedes t's send (slice by slice)
             recv_deps: set[int] = set()
             for dep in t.deps:
-                if self.on_rank(dep, t.src) is not None:
+                if self.on_rank(dep, src) is not None:
                     send_deps.add(dep)
-                elif self.on_rank(dep, t.dst) is not None:
+                elif self.on_rank(dep, dst) is not None:
                     recv_deps.add(dep)
                 else:
-                    found = near.deps_of(dep, t.src)
+                    found = near.deps_of(dep, src)
                     if found:
                         send_deps.update(found)
                     else:
                         dropped += 1
-            recv_deps |= {dep for dep in recv_after.get(t.id, ()) if self.on_rank(dep, t.dst) is not None}
-            if t.src == t.dst:  # a local reduction waits for everything on its rank
+            recv_deps |= {dep for dep in recv_after.get(t.id, ()) if self.on_rank(dep, dst) is not None}
+            if src == dst:  # a local reduction waits for everything on its rank
                 send_deps |= recv_deps
             self._set_slice_deps(t, send_deps, recv_deps, window)
         return dropped
@@ -396,13 +400,14 @@ class _RankTraces:
     def _set_slice_deps(self, t: Transfer, send_deps: set[int], recv_deps: set[int], window: int | None) -> None:
         """Slice ``j`` of ``t``'s send waits for slice ``j`` of ``send_deps`` on its rank (and for the send
         ``window`` slices back), its recv for slice ``j`` of ``recv_deps``."""
+        src, dst = t.ends()
         for j in range(self.slices):
-            ids = {self.on_rank(dep, t.src)[j].id for dep in send_deps}  # type: ignore[index]
-            if window is not None and j >= window and t.src != t.dst:
+            ids = {self.on_rank(dep, src)[j].id for dep in send_deps}  # type: ignore[index]
+            if window is not None and j >= window and src != dst:
                 ids.add(self.send_node[t.id][j - window].id)  # type: ignore[index]
             self.send_node[t.id][j].deps = tuple(sorted(ids))  # type: ignore[index]
-            if t.src != t.dst:
-                waits = {self.on_rank(dep, t.dst)[j].id for dep in recv_deps}  # type: ignore[index]
+            if src != dst:
+                waits = {self.on_rank(dep, dst)[j].id for dep in recv_deps}  # type: ignore[index]
                 self.recv_node[t.id][j].deps = tuple(sorted(waits))  # type: ignore[index]
 
 
@@ -478,9 +483,10 @@ def stream_rank_traces(form: TreeSchedule, size: int, comp_duration_us: int | No
             src, dst = array("i"), array("i")
             held: dict[int, Transfer] = {}
             for t in form.iter_transfers():
-                src.append(t.src)
-                dst.append(t.dst)
-                if t.src in block_ranks or t.dst in block_ranks:
+                t_src, t_dst = t.ends()
+                src.append(t_src)
+                dst.append(t_dst)
+                if t_src in block_ranks or t_dst in block_ranks:
                     held[t.id] = t
             builder = _RankTraces(held, n, sizes, tag_base, extras, default_us, comp_by_transfer)
             if builder.nodeless:

@@ -24,9 +24,10 @@ or nothing. It rejects, naming the transfer and the reason:
   a reduce whose operation or data type the switch does not serve, with more inputs than its
   ``max_group``, with fewer than two inputs, or in a collective that reduces nothing; a multicast with
   other than one input; an op without outputs (a switch stores nothing); a leg of another chunk than its
-  op's, or whose path does not end (an input) or start (an output) at the op's switch; an output leg that
-  does not list every input leg of its op among its deps; inputs whose contributions overlap (each
-  contribution is counted once). An op's result is the union of its inputs' sets; the outputs then write
+  op's, or whose path does not end (an input) or start (an output) at the op's switch; an input leg whose
+  ``op`` is not ``copy`` (it hands its value to the switch; the op's kind says what is done); an output
+  leg that does not list every input leg of its op among its deps; inputs whose contributions overlap
+  (each contribution is counted once). An op's result is the union of its inputs' sets; the outputs then write
   it like any transfer (races, double counting and the postcondition are checked as for the rest).
 
 Order is the transitive closure of ``deps``. Transfers are replayed in a topological order; since all
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 from synth.collectives import Collective
 from synth.errors import VerificationError
 from synth.graphs import smallest_first_order
-from synth.schedule import REDUCE, Schedule, Transfer
+from synth.schedule import COPY, REDUCE, Schedule, Transfer
 from synth.topology import Topology
 from synth.trees import TreeSchedule
 
@@ -184,6 +185,10 @@ def _check_leg(t: Transfer, schedule: Schedule, topology: Topology) -> None:
     if t.chunk != switch_op.chunk:
         raise VerificationError(f"transfer {t.id}: carries chunk {t.chunk} but switch op {index} works on chunk "
                                 f"{switch_op.chunk}", t.id)
+    if t.to_switch is not None and t.op != COPY:
+        raise VerificationError(f"transfer {t.id}: an input leg of switch op {index} has op {t.op!r}; an input leg "
+                                f"hands its value to the switch (op 'copy'), and the op's kind ({switch_op.kind}) "
+                                f"says what the switch does with it", t.id)
     if (t.dst_scratch if t.to_switch is not None else t.src_scratch) is not None:
         raise VerificationError(f"transfer {t.id}: names a scratch slot at the switch's end; a switch has no "
                                 f"buffers", t.id)

@@ -201,6 +201,7 @@ def simulate_astra(schedule: Schedule, topology: Topology, size: int, plan: Plan
     ``slicing=False`` while ``export chakra`` writes one slice per chunk by default, so every plan it gets
     has one slice and the prediction is the default export's.
     """
+    schedule.require_point_to_point("the astra model (ASTRA-sim)")
     window = plan.window if plan.window < plan.slices else None
     return astra_time_ns(schedule, topology, size, slices=plan.slices, window=window) / 1e9
 

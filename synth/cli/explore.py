@@ -225,7 +225,7 @@ def explain_command(
     """Summarize a schedule: per step or per tree what moves where, the busiest links, and the critical
     path (longest dependency chain) with its α-β time, beside the congestion bound."""
     from synth.algorithms import reads_as
-    from synth.explain import compress, explain
+    from synth.explain import compress, describe_transfer, explain
 
     command_verbosity(quiet, verbose)
     if by not in ("auto", "step", "tree"):
@@ -267,7 +267,7 @@ def explain_command(
                                                                      "% of busiest"], links, {1, 2, 3, 4}))
     path = summary.critical_path
     chain = [schedule.transfers[i] for i in path.transfers]
-    steps = " ".join(f"{t.src}{'=>' if t.op == 'reduce' else '->'}{t.dst}(c{t.chunk})" for t in chain[:12])
+    steps = " ".join(describe_transfer(schedule, t) for t in chain[:12])
     more = f" ... +{len(chain) - 12}" if len(chain) > 12 else ""
     slices_text = f", chunks in {_plural(summary.plan.slices, 'slice')}" if summary.plan else ""
     console.print(f"critical path: {_plural(path.length, 'dependent transfer')}, {fmt_time(path.time_s)} at {format_size(nbytes)} "

@@ -116,6 +116,8 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
     """
     from synth.astra import lower
 
+    if isinstance(schedule, Schedule):  # before anything is written
+        schedule.require_point_to_point("Chakra export (ASTRA-sim traces)")
     sizes = list(dict.fromkeys(sizes))
     if not sizes:
         raise InputError("", "sizes", "give at least one message size")

@@ -150,8 +150,9 @@ def _replay(schedule: Schedule, order: list[int], placement: _Placement,
     writer, readers = replay.writer, replay.readers
     for tid in order:
         t = schedule.transfers[tid]
-        source = (t.src, t.chunk) if t.src_scratch is None else (t.src, -1 - t.src_scratch)
-        target = (t.dst, t.chunk) if t.dst_scratch is None else (t.dst, -1 - t.dst_scratch)
+        src, dst = t.ends()
+        source = (src, t.chunk) if t.src_scratch is None else (src, -1 - t.src_scratch)
+        target = (dst, t.chunk) if t.dst_scratch is None else (dst, -1 - t.dst_scratch)
         if source not in loc:
             raise InputError("", f"transfers.{tid}", f"rank {t.src} sends chunk {t.chunk} it never holds "
                              "(the verifier refuses this schedule)")
@@ -203,10 +204,10 @@ def lower_locations(schedule: Schedule) -> Lowering:
     near = lowering.near = NearestTouching(schedule.transfers)
     touching = lowering.touching = [[] for _ in range(schedule.collective.num_ranks)]
     for tid in order:
-        t = schedule.transfers[tid]
-        touching[t.src].append(tid)
-        if t.dst != t.src:
-            touching[t.dst].append(tid)
+        src, dst = schedule.transfers[tid].ends()
+        touching[src].append(tid)
+        if dst != src:
+            touching[dst].append(tid)
     for rank, tids in enumerate(touching):  # rank by rank, so the walk's memo holds one rank at a time
         for tid in tids:
             for dep in local_deps(schedule, tid, rank, lowering):

@@ -112,10 +112,10 @@ def _busiest_end(schedule: Schedule) -> tuple[int, int] | None:
     """The fewest nodes the runtime's XML parser keeps for the busiest gpu, and that gpu: every step moves
     one chunk (``cnt="1"``) and carries at most one send and one receive, so a gpu has at least as many steps
     as it sends or receives transfers, in at least one threadblock."""
-    remote = [t for t in schedule.transfers if t.src != t.dst]
+    remote = [ends for ends in (t.ends() for t in schedule.transfers) if ends[0] != ends[1]]
     if not remote:
         return None
-    sends, recvs = Counter(t.src for t in remote), Counter(t.dst for t in remote)
+    sends, recvs = Counter(src for src, _ in remote), Counter(dst for _, dst in remote)
     gpu = max(sorted(sends.keys() | recvs.keys()), key=lambda g: max(sends[g], recvs[g]))
     return 1 + schedule.collective.num_ranks + 1 + max(sends[gpu], recvs[gpu]), gpu
 
@@ -203,6 +203,7 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     >>> program.stats()["threadblocks"], sorted({s.type for g in program.tbs for tb in g for s in tb.steps})
     (16, ['r', 'rcs', 'rrcs', 'rrs', 's'])
     """
+    schedule.require_point_to_point("MSCCL XML export")
     proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
     label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
     written = len(escape_attribute(label))

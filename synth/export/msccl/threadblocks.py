@@ -217,18 +217,19 @@ def _local_tb(schedule: Schedule, lowering: Lowering, tid: int, chan: list[int],
     received from different peers run in parallel), else that of its latest dependency, else tb 0."""
     transfers = schedule.transfers
     t = transfers[tid]
-    near = local_deps(schedule, tid, t.src, lowering)
-    source = [d for d in t.deps if transfers[d].dst == t.src and transfers[d].dst_scratch == t.src_scratch
+    rank = t.ends()[0]
+    near = local_deps(schedule, tid, rank, lowering)
+    source = [d for d in t.deps if transfers[d].dst == rank and transfers[d].dst_scratch == t.src_scratch
               and (t.src_scratch is not None or transfers[d].chunk == t.chunk)]
-    latest = max(source or near, key=lambda d: times.at(d, t.src), default=None)
+    latest = max(source or near, key=lambda d: times.at(d, rank), default=None)
     if latest is None:
         return 0
-    d = transfers[latest]
-    if d.src == d.dst:
+    d_src, d_dst = transfers[latest].ends()
+    if d_src == d_dst:
         return local_tb[latest]
-    if d.dst == t.src:
-        return tb_of[(t.src, chan[latest], "recv", d.src)]
-    return tb_of[(t.src, chan[latest], "send", d.dst)]
+    if d_dst == rank:
+        return tb_of[(rank, chan[latest], "recv", d_src)]
+    return tb_of[(rank, chan[latest], "send", d_dst)]
 
 
 def _gpu_ops(schedule: Schedule, lowering: Lowering, g: int, gpu_tbs: list[Threadblock], tb_of: TbIndex,
@@ -240,14 +241,14 @@ def _gpu_ops(schedule: Schedule, lowering: Lowering, g: int, gpu_tbs: list[Threa
         ops[0].append(Op((-1, -1), "cpy", copy=copy))
     local_tb: dict[int, int] = {}
     for tid in lowering.touching[g]:  # in the order, so a local op's local deps have their threadblocks
-        t = transfers[tid]
-        if t.src == t.dst:
+        src, dst = transfers[tid].ends()
+        if src == dst:
             b = local_tb[tid] = _local_tb(schedule, lowering, tid, chan, tb_of, local_tb, times)
             ops[b].append(Op(times.recv(tid), "local", tid))
-        elif t.src == g:
-            ops[tb_of[(g, chan[tid], "send", t.dst)]].append(Op(times.send(tid), "send", tid))
+        elif src == g:
+            ops[tb_of[(g, chan[tid], "send", dst)]].append(Op(times.send(tid), "send", tid))
         else:
-            ops[tb_of[(g, chan[tid], "recv", t.src)]].append(Op(times.recv(tid), "recv", tid))
+            ops[tb_of[(g, chan[tid], "recv", src)]].append(Op(times.recv(tid), "recv", tid))
     for tb_ops in ops:
         tb_ops.sort(key=lambda op: op.time)
     return ops
