@@ -46,8 +46,10 @@ How a schedule maps
   becomes one more signal from a gpu where it completed to the issuer. Each gpu first signals and waits
   for every peer it has a channel with, so no peer writes into a buffer of the previous call.
 - In-switch ops: a switch channel per (switch, buffer) over every gpu the switch links to. A reduce
-  becomes one ``glres`` issued by one member: every member signals it, it waits, runs ``glres`` and
-  signals every member, which waits. A multicast becomes ``gstore`` from its input's rank, the same way.
+  becomes one ``glres`` issued by one member, after the signals its legs' dependencies need (as for any
+  op: an input that is a gpu's initial data needs none, the start handshake covers it); then it signals
+  every member, which waits (the result is in its buffer). A multicast becomes ``gstore`` from its
+  input's rank, the same way.
 - Threadblocks: a gpu's ops are cut into threadblocks of at most 64 ops (``MAX_OPERATION``), 16 channels of
   each type and 16 remote buffers (``MAX_CHANNEL``), 8 channels per op (``MAX_CHANNEL_PER_OPERATION``);
   threadblock k+1 starts with ``sem_acquire`` of the semaphore threadblock k releases last, so a gpu's
@@ -510,9 +512,6 @@ class _Emitter:
                     self.ops[t.dst].append(("re", dst, target))
             else:
                 issuer = act.issuer
-                snaps = [(m, self.signal(m, issuer, q)) for m in act.members if m != issuer]
-                for m, snap in snaps:
-                    self.wait(issuer, m, snap)
                 self.sync_deps(issuer, deps[q], acts, q)
                 assert act.src is not None and act.dst is not None and act.channel_dst is not None
                 if act.op == "glres":
@@ -780,7 +779,7 @@ def write_mscclpp_plan(schedule: Schedule, topology: Topology, path: str | Path,
 
 
 def plan_stats(plan: dict[str, Any]) -> dict[str, Any]:
-    """Counts of a plan: threadblocks, ops by name, switch channels."""
+    """Counts of a plan: threadblocks, ops by name, switch channels (distinct buffer and group)."""
     names: dict[str, int] = {}
     tbs = 0
     for gpu in plan["gpus"]:
@@ -788,6 +787,7 @@ def plan_stats(plan: dict[str, Any]) -> dict[str, Any]:
         for tb in gpu["threadblocks"]:
             for op in tb["ops"]:
                 names[op["name"]] = names.get(op["name"], 0) + 1
-    switch = sum(1 for gpu in plan["gpus"] for ch in gpu["channels"] if ch["channel_type"] == "switch")
+    switch = len({(ch["buffer_type"], tuple(ch["rank_groups"][0]["ranks"])) for gpu in plan["gpus"]
+                  for ch in gpu["channels"] if ch["channel_type"] == "switch"})
     return {"gpus": len(plan["gpus"]), "threadblocks": tbs, "ops": dict(sorted(names.items())),
             "switch_channels": switch}
