@@ -294,6 +294,54 @@ def test_nvls_allreduce_uses_switch_channels_and_replays():
     replay(plan, schedule)
 
 
+def test_the_replay_catches_a_plan_without_its_start_handshake():
+    """Without the first signal/wait with every peer, a gpu writes (ring) or multimem-reads (NVLS) a peer's
+    buffer before the peer's kernel has started: the replay must see it."""
+    import copy
+
+    for build, problem in ((ring_allreduce, "before gpu"), (nvls_allreduce, "before gpu")):
+        schedule, topo = build()
+        plan = copy.deepcopy(to_mscclpp_plan(schedule, topo))
+        for gpu in plan["gpus"]:
+            ops = gpu["threadblocks"][0]["ops"]
+            assert [op["name"] for op in ops[:2]] == ["signal", "wait"]
+            del ops[:2]
+        with pytest.raises(AssertionError, match=problem):
+            replay(plan, schedule, seeds=range(20))
+
+
+def test_nvls_allgather_multicasts_with_gstore():
+    topo = load_topology("dgx-h100")
+    schedule = synthesize(topo, "allgather", "nvls")
+    plan = to_mscclpp_plan(schedule, topo)
+    counts = check_structure(plan, topo.num_ranks)
+    assert counts["gstore"] == topo.num_ranks and counts["glres"] == counts["put"] == 0
+    replay(plan, schedule)
+
+
+def test_switch_op_reading_scratch_uses_a_scratch_switch_channel():
+    """Every rank copies its value to scratch slot 0; the switch reduces slot 0 of every gpu and stores the sum
+    to every data cell: glres reads one switch channel (scratch) and writes another (input)."""
+    topo = load_topology("dgx-h100")
+    n, gpus = topo.num_ranks, topo.gpus
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, n, 1), topo.name, gpus, "scratch-nvls")
+    copies = [b.add(r, r, 0, (gpus[r],), dst_scratch=0) for r in range(n)]
+    k = b.add_switch_op("nvs", "reduce", 0)
+    for r in range(n):
+        b.add_to_switch(r, k, (gpus[r], "nvs"), deps=[copies[r]], src_scratch=0)
+    for r in range(n):
+        b.add_from_switch(k, r, ("nvs", gpus[r]))
+    schedule = b.build()
+    verify(schedule, topo)
+    plan = to_mscclpp_plan(schedule, topo)
+    counts = check_structure(plan, n)
+    assert counts["glres"] == 1 and counts["copy"] == n
+    for gpu in plan["gpus"]:
+        assert sorted(ch["buffer_type"] for ch in gpu["channels"] if ch["channel_type"] == "switch") == ["i", "s"]
+        assert gpu["scratch_chunks"] == 1
+    replay(plan, schedule)
+
+
 def test_reduce_scatter_by_ld_reduce_alone_stores_to_dead_cells_and_replays():
     schedule, topo = nvls_reducescatter()
     verify(schedule, topo)

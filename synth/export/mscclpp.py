@@ -34,8 +34,8 @@ How a schedule maps
 -------------------
 - Data cells: in place, in the input buffer ``i`` at the chunk's index (the output buffer ``o`` for
   allgather, whose input is a slice of it); with ``inplace`` the executor aliases the two as NCCL does.
-  Scratch slot k is ``s`` index k; a transfer that reduces into a peer gets a fresh staging slot after
-  them (``scratch_chunks`` is the largest count over the gpus, on every gpu).
+  Scratch slot k is ``s`` index k; a transfer that reduces into a peer gets a fresh staging slot above
+  every gpu's schedule slots (``scratch_chunks`` is the largest count over the gpus, on every gpu).
 - Point-to-point transfer s -> d: ``put`` on s into d's cell (copy) or staging slot (reduce), ``nop``,
   ``signal``; on d ``wait``, ``nop`` and, for a reduce, ``re`` of the staging slot into the cell. Across
   boxes (topology ``box`` differs) the put is a port channel ``pwsf`` and d waits on the port channel.
@@ -556,7 +556,8 @@ def to_mscclpp_plan(schedule: Schedule, topology: Topology, *, name: str | None 
     acts = low.actions()
     n = low.n
     used = schedule.scratch_slots()
-    base = list(used)
+    base = [max(used, default=0)] * n  # staging slots above every gpu's schedule slots (a multimem store to a
+    # scratch slot lands on every member: it must never be another gpu's staging slot)
     emitter = _Emitter(low)
     emitter.run(acts, low.act_deps, base)
     scratch = max(b + st for b, st in zip(base, emitter.staging, strict=True))
