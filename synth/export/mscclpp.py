@@ -85,8 +85,10 @@ Hopper or later gpus on third-generation NVSwitch (HGX H100/H200, B200, GB200 NV
 objects (CUDA 12.1+, driver support, ``cuMulticastCreate``) and the executor's buffers allocated so that
 they can be bound to a multicast object, as MSCCL++'s own NVLS plans need. The reduction operation and
 element type come from the ``execute`` call; the ``reduce_op`` field is written as the DSL writes it.
-The plan is correct, not tuned: one op stream per gpu (threadblocks run one after the other), no
-pipelining or packet (LL) protocol.
+The plan is ``inplace`` only (the executor picks it for in-place calls: out-of-place calls need a plan
+with the data cells in the output buffer, not written yet); message sizes must be multiples of 16 bytes
+times the chunk counts (the parser's ``checkMessageSize``). The plan is correct, not tuned: one op stream
+per gpu (threadblocks run one after the other), no pipelining or packet (LL) protocol.
 """
 
 from __future__ import annotations
