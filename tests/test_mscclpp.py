@@ -354,7 +354,9 @@ def test_reduce_scatter_by_ld_reduce_alone_stores_to_dead_cells_and_replays():
 @pytest.mark.parametrize("topology,collective,algorithm", [
     ("switch:n=4", "allgather", "ring"), ("switch:n=4", "reducescatter", "ring"), ("switch:n=4", "broadcast", "binomial"),
     ("switch:n=4", "reduce", "binomial"), ("switch:n=4", "allreduce", "tree"), ("dgx-h100", "allreduce", "nvls"),
-    ("dgx-h100", "allgather", "nvls"), ("dgx-h100", "reducescatter", "nvls")])
+    ("dgx-h100", "allgather", "nvls"), ("dgx-h100", "reducescatter", "nvls"), ("dgx-h100", "broadcast", "nvls"),
+    ("dgx-h100", "reduce", "nvls"), ("switch:n=4", "allreduce", "rhd"), ("switch:n=4", "allreduce", "nccl"),
+    ("dgx-h100", "allgather", "bruck"), ("dgx-h100-2box", "allgather", "hierarchical")])
 def test_other_collectives_replay(topology, collective, algorithm):
     topo = load_topology(topology)
     schedule = synthesize(topo, collective, algorithm)
