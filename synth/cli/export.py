@@ -1,4 +1,4 @@
-"""``synth export chakra|msccl`` and ``synth import chakra|msccl``: files that ASTRA-sim and MSCCL run,
+"""``synth export chakra|msccl|mscclpp`` and ``synth import chakra|msccl``: files that ASTRA-sim and MSCCL run,
 and algorithms written by other tools brought back as verified schedules."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from synth.evaluate import Evaluation
     from synth.topology import Topology
 
-export_app = typer.Typer(name="export", help="Write a schedule in a format another tool runs (ASTRA-sim, MSCCL).",
+export_app = typer.Typer(name="export", help="Write a schedule in a format another tool runs (ASTRA-sim, MSCCL, MSCCL++).",
                          no_args_is_help=True)
 import_app = typer.Typer(name="import", help="Read a Chakra ET set or MSCCL XML from another tool into a schedule.",
                          no_args_is_help=True)
@@ -217,6 +217,45 @@ def export_msccl_command(
     else:
         console.print(f"routing: the runtime takes the schedule's own paths: congestion time {runtime} at "
                       f"{format_size(report_size)}{time_text}")
+
+
+@export_app.command("mscclpp")
+def export_mscclpp_command(
+    schedule_file: Annotated[str, typer.Argument(metavar="SCHEDULE", help="a synth.schedule JSON file")],
+    output: Annotated[str, typer.Option("--output", "-o", help="JSON execution plan to write")],
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+    name: Annotated[str | None, typer.Option("--name", help="the plan's name (default synth_<algorithm>_<collective>)")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", help="Simple (the only protocol written: no packet ops)")] = "Simple",
+    threads: Annotated[int, typer.Option("--threads", min=1, max=1024, help="threads per block")] = 1024,
+    max_threadblocks: Annotated[int, typer.Option("--max-threadblocks", min=1, max=100_000,
+                                                  help="threadblocks per gpu at most (SMs: 132 on an H100 SXM)")] = 132,
+    min_bytes: Annotated[str, typer.Option("--min-bytes", help="smallest message size the plan is used for")] = "0",
+    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help="largest message size the plan is used for "
+                                                  "(default: no limit)")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Write an MSCCL++ JSON execution plan; in-switch operations become NVLS switch-channel ops (glres, gstore)."""
+    from synth.export.mscclpp import MSCCLPP_DESCRIBE, MscclppLimits, plan_stats, write_mscclpp_plan
+
+    output_file(output, inputs=[schedule_file, topology])
+    schedule = load_schedule(schedule_file)
+    topo = schedule_topology(schedule, topology, schedule_file)
+    verify_file(schedule, topo, schedule_file)
+    low = 0 if min_bytes.strip() == "0" else parse_size(min_bytes, "--min-bytes")
+    high = 2**64 - 1 if max_bytes is None else parse_size(max_bytes, "--max-bytes")
+    if low >= high:
+        raise InputError("", "--min-bytes", f"expected less than --max-bytes ({high}), got {low}")
+    plan = write_mscclpp_plan(schedule, topo, output, name=name, protocol=protocol, num_threads_per_block=threads,
+                              min_message_size=low, max_message_size=high,
+                              limits=MscclppLimits(max_threadblocks=max_threadblocks))
+    stats = plan_stats(plan)
+    if as_json:
+        print_json({"output": output, "name": plan["name"], "mscclpp": MSCCLPP_DESCRIBE, **stats})
+        return
+    ops = ", ".join(f"{count} {op}" for op, count in stats["ops"].items() if op != "nop")
+    console.print(f"wrote {shown(output)}: {shown(schedule.algorithm)} {schedule.kind} as MSCCL++ plan "
+                  f"{shown(plan['name'])} ({MSCCLPP_DESCRIBE}), {stats['gpus']} gpus, {stats['threadblocks']} "
+                  f"threadblocks, {stats['switch_channels']} switch channel(s); ops: {shown(ops)}")
 
 
 @import_app.command("chakra")
