@@ -171,8 +171,8 @@ class Schedule:
 
     @property
     def format(self) -> str:
-        """``synth.schedule/3`` when the schedule has switch ops, else ``synth.schedule/2``."""
-        return SWITCH_FORMAT if self.switch_ops else FORMAT
+        """``synth.schedule/3`` when the schedule has switch ops or an alltoallv demand, else ``/2``."""
+        return SWITCH_FORMAT if self.switch_ops or self.collective.demand is not None else FORMAT
 
     def legs(self) -> tuple[list[list[int]], list[list[int]]]:
         """The ids of each switch op's input legs and output legs, in transfer order.
@@ -255,7 +255,12 @@ class Schedule:
         data = self.to_dict()
         transfers = data.pop("transfers")
         switch_ops = data.pop("switch_ops", None)
+        demand = data.get("demand")
+        if demand is not None:  # one matrix row per line
+            data["demand"] = "@demand@"
         head = json.dumps(data, indent=1, sort_keys=False)
+        if demand is not None:
+            head = head.replace('"@demand@"', "[\n  " + ",\n  ".join(json.dumps(row) for row in demand) + "\n ]", 1)
         if switch_ops is not None:
             ops = ",\n  ".join(json.dumps(op, separators=(",", ":")) for op in switch_ops)
             head = head[:-2] + ',\n "switch_ops": [\n  ' + ops + "\n ]\n}"
@@ -273,7 +278,7 @@ class Schedule:
         fmt = data.get("format")
         if fmt not in READ_FORMATS:
             raise InputError(source, "format", f"expected {FORMAT!r} (or the older {READ_FORMATS[0]!r}), got {fmt!r}")
-        head = read_header(data, "transfers", source)
+        head = read_header(data, "transfers", source, fmt)
         collective, ranks = head.collective, head.ranks
         raw = data["transfers"]
         if not isinstance(raw, list):
@@ -366,9 +371,10 @@ class Header:
     topology_sha256: str | None
 
 
-def read_header(data: dict[str, Any], body: str, source: str) -> Header:
+def read_header(data: dict[str, Any], body: str, source: str, fmt: str | None = None) -> Header:
     """Validate the header of a parsed schedule object whose body is the field ``body``; raises
-    :class:`InputError` naming the field."""
+    :class:`InputError` naming the field. An alltoallv header has ``demand`` (the matrix of chunk
+    counts), which needs format ``synth.schedule/3`` (``fmt``)."""
     for name in ("collective", "topology", "ranks", "chunks", body):
         if name not in data:
             raise InputError(source, name, "missing required field")
@@ -380,8 +386,20 @@ def read_header(data: dict[str, Any], body: str, source: str) -> Header:
     root = data.get("root")
     if root is not None and not _is_int(root):
         raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
+    demand = data.get("demand")
+    if demand is not None and fmt != SWITCH_FORMAT:
+        raise InputError(source, "demand", f"an alltoallv demand needs format {SWITCH_FORMAT!r}, got {fmt!r}")
     try:
-        collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
+        if demand is not None or kind == Kind.ALLTOALLV:
+            if demand is None:
+                raise InputError(source, "demand", "alltoallv needs a demand (the matrix of chunk counts)")
+            if kind != Kind.ALLTOALLV:
+                raise InputError(source, "demand", f"{kind} takes no demand (only alltoallv does)")
+            from synth.collectives import check_demand
+
+            collective = Collective(kind, len(ranks), chunks, root, demand=check_demand(demand, source))
+        else:
+            collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
     except InputError as error:
         raise InputError(source, error.field, error.problem) from None
     params = data.get("params", {})
@@ -397,8 +415,9 @@ def read_header(data: dict[str, Any], body: str, source: str) -> Header:
 
 def header_dict(schedule: Any) -> dict[str, Any]:
     """The header fields of a schedule object (any form), in documented order."""
+    demand = schedule.collective.demand
     return {
-        "format": FORMAT,
+        "format": FORMAT if demand is None else SWITCH_FORMAT,
         "collective": schedule.collective.kind.value,
         "root": schedule.collective.root,
         "topology": schedule.topology,
@@ -406,6 +425,7 @@ def header_dict(schedule: Any) -> dict[str, Any]:
         **({"topology_sha256": schedule.topology_sha256} if schedule.topology_sha256 is not None else {}),
         "ranks": list(schedule.ranks),
         "chunks": schedule.collective.chunks,
+        **({"demand": [list(row) for row in demand]} if demand is not None else {}),
         "algorithm": schedule.algorithm,
         "params": _jsonable(schedule.params),
     }
@@ -433,7 +453,7 @@ def _check_size(collective: Collective, transfers: int, source: str) -> None:
     from synth import limits
 
     limits.check_transfers(transfers, f"the schedule in {source or 'the input'}", hint="")
-    cells = collective.num_ranks * collective.chunks
+    cells = collective.num_ranks * collective.chunks if collective.demand is None else collective.chunks
     if cells > 2 * transfers + 1_000_000:
         least = limits.min_transfers(collective.kind, collective.num_ranks, collective.chunks)
         raise InputError(source, "chunks", f"{collective.chunks:,} chunks on {collective.num_ranks} ranks need at "

@@ -435,7 +435,7 @@ def _chain(ring: list[int], root: int) -> list[int | None]:
 
 
 def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int | str | None = None,
-         arch: str = "auto", algo: str = "auto", proto: str = "auto") -> Schedule:
+         arch: str = "auto", algo: str = "auto", proto: str = "auto", demand: Any = None) -> Schedule:
     """The schedule NCCL v2.16.5 would run for ``kind`` at ``size`` bytes (see the module docstring).
 
     Parameters
@@ -473,10 +473,12 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     gpu, cpu = detect_arch(topology, arch)
     n = topology.num_ranks
     params: dict[str, Any] = {"nccl_version": NCCL_VERSION, "size": size_bytes, "arch": gpu}
-    if kind == Kind.ALLTOALL:
+    if kind in (Kind.ALLTOALL, Kind.ALLTOALLV):  # alltoallv (demand=...): the same grouped send/receive
         if root is not None:
-            raise InputError("", "root", "alltoall takes no root")
-        return _alltoall(topology, size_bytes, protocol, params)
+            raise InputError("", "root", f"{kind} takes no root")
+        return _alltoall(topology, size_bytes, protocol, params, kind, demand)
+    if demand is not None:
+        raise NotApplicable(f"a demand is for alltoallv, not {kind}")
 
     count = auto_channels(topology)
     rings = channel_rings(topology, count)
@@ -539,12 +541,16 @@ def _build(topology: Topology, kind: Kind, root: int | None, size: int | None, a
     return tree_schedule(topology, kind, chains, per_chain, "nccl", params, root=start)
 
 
-def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[str, Any]) -> Schedule:
+def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[str, Any],
+              kind: Kind = Kind.ALLTOALL, demand: Any = None) -> Schedule:
     from synth.algorithms.direct import direct
 
     n = topology.num_ranks
+    schedule = direct(topology, kind, demand=demand) if kind == Kind.ALLTOALLV else direct(topology, Kind.ALLTOALL)
+    # alltoallv: size is the whole demand, so a peer gets size / (pairs that send) on average
+    peers = n if kind == Kind.ALLTOALL else sum(1 for row in schedule.collective.demand or () for c in row if c)
     if protocol == "auto":
-        per_peer = None if size is None else size / n
+        per_peer = None if size is None else size / peers
         chosen = SIMPLE if per_peer is None or per_peer > P2P_LL_THRESHOLD else LL
         reason = ("no size given: Simple" if per_peer is None else
                   f"NCCL sends each peer {per_peer:g} bytes: {'LL' if chosen == LL else 'Simple'} "
@@ -553,7 +559,6 @@ def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[
         raise InputError("", "proto", "NCCL's send/receive uses LL or Simple, not LL128")
     else:
         chosen, reason = protocol, f"forced {protocol}"
-    schedule = direct(topology, Kind.ALLTOALL)
     params.update(chunks=schedule.chunks, choice={"algorithm": "send/receive", "protocol": chosen,
                                                   "channels": None, "reason": reason},
                   plan={"protocol": chosen})

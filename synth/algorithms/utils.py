@@ -58,6 +58,23 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
     return collective
 
 
+def alltoallv_collective(topology: Topology, demand: Any, chunks: int | None = None, root: int | None = None
+                         ) -> Collective:
+    """The alltoallv :class:`Collective` of an algorithm's ``demand`` option (see
+    :func:`synth.demand.as_chunk_matrix`: a Demand, a Chunked, a chunk-count matrix, or None for 1 chunk per
+    pair); ``chunks`` and ``root`` are refused (the demand fixes the chunks)."""
+    from synth import limits
+    from synth.demand import as_chunk_matrix
+
+    if root is not None:
+        raise InputError("", "root", "alltoallv takes no root")
+    if chunks is not None:
+        raise InputError("", "chunks", "alltoallv takes its chunks from the demand (demand=...), not chunks=...")
+    collective = Collective.alltoallv(as_chunk_matrix(demand, topology.num_ranks))
+    limits.check_transfers(collective.chunks, f"alltoallv on {topology.num_ranks} gpus with {collective.chunks} chunks")
+    return collective
+
+
 def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> list[int] | None:
     """A cycle through every key of ``adjacency`` (undirected neighbour sets), by depth-first search
     that tries the neighbour with the fewest free onward choices first; None within ``budget`` steps.
