@@ -71,6 +71,8 @@ class Chunked:
     moved_fraction : float
         The fraction of the total that rounding moved from one pair to another (half the sum of
         |chunks·unit_per_chunk - amount| over the total).
+    unit : str
+        The demand's unit (bytes, weights, chunks).
     """
 
     matrix: tuple[tuple[int, ...], ...]
@@ -78,10 +80,11 @@ class Chunked:
     unit_per_chunk: float
     max_pair_error: float
     moved_fraction: float
+    unit: str = "chunks"
 
     def to_dict(self) -> dict[str, Any]:
         """The rounding report as a plain dict (no matrix)."""
-        return {"chunks": self.chunks, "unit_per_chunk": self.unit_per_chunk,
+        return {"chunks": self.chunks, "unit": self.unit, "unit_per_chunk": self.unit_per_chunk,
                 "max_pair_error": self.max_pair_error, "moved_fraction": self.moved_fraction}
 
 
@@ -151,8 +154,8 @@ class Demand:
     def to_chunks(self, chunks: int | None = None, resolution: float | None = None) -> Chunked:
         """The demand in chunk counts (see the module notes for the rule and the error reported)."""
         if self.unit == "chunks" and chunks is None and resolution is None:
-            counts = tuple(tuple(int(v) for v in row) for row in self.matrix)
-            return Chunked(counts, sum(map(sum, counts)), 1.0, 0.0, 0.0)
+            exact = tuple(tuple(int(v) for v in row) for row in self.matrix)
+            return Chunked(exact, sum(map(sum, exact)), 1.0, 0.0, 0.0, "chunks")
         if chunks is not None and resolution is not None:
             raise InputError("", "chunks", "give a total chunk count or a resolution, not both")
         flat = [float(v) for row in self.matrix for v in row]
@@ -174,7 +177,7 @@ class Demand:
         per = total / count
         errors = [abs(c * per - w) for c, w in zip(counts, flat, strict=True)]
         worst = max((e / w for e, w in zip(errors, flat, strict=True) if w > 0), default=0.0)
-        return Chunked(matrix, count, per, worst, sum(errors) / 2 / total)
+        return Chunked(matrix, count, per, worst, sum(errors) / 2 / total, self.unit)
 
 
 def largest_remainder(amounts: list[float], chunks: int) -> list[int]:
@@ -281,7 +284,7 @@ def moe(num_ranks: int, *, experts_per_gpu: int = 2, top_k: int = 2, zipf: float
     np.fill_diagonal(matrix, 0)
     if not matrix.any():  # every token stayed home (one gpu hosting the only chosen experts): impossible for N >= 2
         raise InputError("", "tokens", "the generated demand moves nothing")  # pragma: no cover
-    return Demand(num_ranks, "weights", tuple(tuple(float(v) for v in row) for row in matrix))
+    return Demand(num_ranks, "weights", tuple(tuple(int(v) for v in row) for row in matrix))
 
 
 def uniform(num_ranks: int, amount: float = 1.0) -> Demand:

@@ -35,8 +35,7 @@ from typing import Any
 
 from synth import limits
 from synth.algorithms.utils import alltoallv_collective, make_collective
-from synth.collectives import Collective
-from synth.collectives import Kind
+from synth.collectives import Collective, Kind
 from synth.cuts.alltoall import AlltoallFlow, solve_alltoall_lp
 from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule, ScheduleBuilder
