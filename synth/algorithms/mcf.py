@@ -160,7 +160,8 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
     kind : Kind
         ``alltoall`` or ``alltoallv``.
     chunks : int, optional
-        Chunks per rank C (a multiple of N). Default: the smallest N·m whose rounding loss is within
+        Chunks per rank C (a multiple of N); alltoallv: the demand rounded to this many chunks in all, no
+        further cutting. Default: the smallest N·m whose rounding loss is within
         ``max_loss``, m up to ``max_chunks_per_pair``.
     relays : bool
         Allow gpus to relay other gpus' data (store-and-forward); on by default because it gives the
@@ -206,7 +207,7 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
     flow = solve_alltoall_lp(topology, relays=bool(relays), time_limit_s=time_limit_s, demand=base)
 
     if chunks is not None:
-        per_pair = coll.chunks // n
+        per_pair = coll.chunks // n if base is None else 1  # alltoallv: chunks=K already rounded the demand
         split, loss = _round_paths(flow, topology, per_pair)
     else:
         best: tuple[float, int, Any] | None = None

@@ -72,13 +72,16 @@ def _status(message: str) -> AbstractContextManager[object]:
     return err_console.status(message)
 
 
-def _compare_demand(demand: str | None, kinds: list[Kind], topo: Topology) -> tuple[Any, list[str]]:
-    """``compare --demand FILE``: the chunked demand (or None) and the default sizes (a bytes demand's
-    total, else the usual ones)."""
+def _compare_demand(collective: list[str] | None, demand: str | None, topo: Topology
+                    ) -> tuple[list[Kind], Any, list[str]]:
+    """``compare``'s collectives (alltoallv alone by default with ``--demand``), the chunked demand (or
+    None) and the default sizes (a bytes demand's total, else the usual ones)."""
+    kinds = [parse_kind(c, field="--collective") for c in (collective or (["alltoallv"] if demand else DEFAULT_KINDS))]
+    kinds = list(dict.fromkeys(kinds))
     chunked = demand_argument(demand, Kind.ALLTOALLV if Kind.ALLTOALLV in kinds else kinds[0], topo)
     if chunked is not None and chunked.unit == "bytes":
-        return chunked, [str(round(chunked.unit_per_chunk * chunked.chunks))]
-    return chunked, DEFAULT_SIZES
+        return kinds, chunked, [str(round(chunked.unit_per_chunk * chunked.chunks))]
+    return kinds, chunked, DEFAULT_SIZES
 
 
 def compare(
@@ -122,9 +125,7 @@ def compare(
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
     check_bound_work(topo, "compare (the bounds and the tree packing)")
-    kinds = [parse_kind(c, field="--collective") for c in (collective or (["alltoallv"] if demand else DEFAULT_KINDS))]
-    kinds = list(dict.fromkeys(kinds))
-    chunked, default_sizes = _compare_demand(demand, kinds, topo)
+    kinds, chunked, default_sizes = _compare_demand(collective, demand, topo)
     sizes = sorted(set(sizes_argument(size, default_sizes)))
     for name in algorithm or []:
         if name not in REGISTRY:
@@ -149,8 +150,7 @@ def compare(
     base_names = sorted({row.algorithm for row in base.values()})
     if as_json:
         print_json({"topology": topo.name, "model": model,
-                    "bounds_GBps": {k.value: bandwidth_bound(topo, k, chunked if k == Kind.ALLTOALLV else None)
-                                    for k in kinds},
+                    "bounds_GBps": {k.value: bandwidth_bound(topo, k, chunked) for k in kinds},
                     "baseline": [baseline_description(topo, name) for name in base_names],
                     "rows": [dict(r.to_dict(), best=(r.collective, r.size, r.algorithm) in best,
                                   baseline=base[(r.collective, r.size)].algorithm if (r.collective, r.size) in base
