@@ -23,6 +23,10 @@ input to every output (``multimem.st``). Every output leg lists every input leg 
 ``deps`` (the switch has its result only when the last input has arrived), so the order of a schedule is
 its deps alone, with or without switch ops. A schedule without switch ops is written as
 ``synth.schedule/2``, byte for byte as before; every ``/1`` and ``/2`` file reads unchanged.
+
+Alltoallv (``synth.schedule/3``): the header's ``demand`` is the N x N matrix of chunk counts (rank s sends
+``demand[s][d]`` chunks to rank d, ids pair by pair in (src, dst) order; ``chunks`` is its total), read
+only in ``/3`` and required there for an alltoallv; an alltoallv schedule is always written as ``/3``.
 """
 
 from __future__ import annotations
