@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from synth.collectives import Collective, Kind, parse_kind
+from synth.collectives import Collective, Kind, check_demand, parse_kind
 from synth.errors import InputError
 from synth.topology import read_document
 
@@ -393,17 +393,12 @@ def read_header(data: dict[str, Any], body: str, source: str, fmt: str | None = 
     demand = data.get("demand")
     if demand is not None and fmt != SWITCH_FORMAT:
         raise InputError(source, "demand", f"an alltoallv demand needs format {SWITCH_FORMAT!r}, got {fmt!r}")
+    if (demand is None) == (kind == Kind.ALLTOALLV):
+        raise InputError(source, "demand", "alltoallv needs a demand (the matrix of chunk counts)" if demand is None
+                         else f"{kind} takes no demand (only alltoallv does)")
     try:
-        if demand is not None or kind == Kind.ALLTOALLV:
-            if demand is None:
-                raise InputError(source, "demand", "alltoallv needs a demand (the matrix of chunk counts)")
-            if kind != Kind.ALLTOALLV:
-                raise InputError(source, "demand", f"{kind} takes no demand (only alltoallv does)")
-            from synth.collectives import check_demand
-
-            collective = Collective(kind, len(ranks), chunks, root, demand=check_demand(demand, source))
-        else:
-            collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
+        collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root,
+                                demand=None if demand is None else check_demand(demand, source))
     except InputError as error:
         raise InputError(source, error.field, error.problem) from None
     params = data.get("params", {})

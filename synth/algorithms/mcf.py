@@ -211,7 +211,10 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
         split, loss = _round_paths(flow, topology, per_pair)
     else:
         best: tuple[float, int, Any] | None = None
-        for per_pair in range(1, max_chunks_per_pair + 1):
+        # alltoallv: cut chunks only while the schedule stays within a quarter of the transfer limit
+        cap = max_chunks_per_pair if base is None else max(1, min(
+            max_chunks_per_pair, int(limits.limit_value("max_transfers")) // (4 * coll.chunks)))
+        for per_pair in range(1, cap + 1):
             split, loss = _round_paths(flow, topology, per_pair)
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, per_pair, split)
