@@ -238,13 +238,14 @@ def limited_trees(topology: Topology, max_trees_per_root: int) -> LimitedTrees:
     return LimitedTrees(max_trees_per_root, k, rate, float(n * rate), float((1 - rate / gather.rate) * 100))
 
 
-def algbw_bound(topology: Topology, kind: Kind) -> float | None:
+def algbw_bound(topology: Topology, kind: Kind, demand: Any = None) -> float | None:
     """The optimal algbw (GB/s) for ``kind`` on ``topology``, or None when no exact bound is known.
 
     Allgather and reduce-scatter: M / T* (the reversed links for reduce-scatter); allreduce: as
     reduce-scatter then allgather (half the allgather figure on symmetric links); broadcast and reduce:
     the single-root bound from rank 0 (the default root); alltoall: the maximum concurrent flow LP
-    optimum (:func:`alltoall_bound`).
+    optimum (:func:`alltoall_bound`); alltoallv: the same LP for ``demand`` (algbw with M = the whole
+    demand; :func:`synth.demand.as_chunk_matrix` says what ``demand`` may be, None: 1 chunk per pair).
 
     Examples
     --------
@@ -267,12 +268,15 @@ def algbw_bound(topology: Topology, kind: Kind) -> float | None:
         return float(_cut(topology, reverse=True, root=0)[0].rate)
     if kind == Kind.ALLTOALL:
         return alltoall_bound(topology).lp_algbw_GBps
+    if kind == Kind.ALLTOALLV:
+        return alltoall_bound(topology, demand if demand is not None else _uniform(n)).lp_algbw_GBps
     return None
 
 
 # ------------------------------------------------------------------------------------- alltoall
-def alltoall_bound(topology: Topology) -> AlltoallBound:
-    """The optimal alltoall algbw (maximum concurrent flow LP, GLOP) beside the best cut bound found.
+def alltoall_bound(topology: Topology, demand: Any = None) -> AlltoallBound:
+    """The optimal alltoall algbw (maximum concurrent flow LP, GLOP) beside the best cut bound found; with
+    a ``demand`` (a Demand, its chunks or a chunk-count matrix), the optimal alltoallv algbw for it.
 
     Returns an :class:`~synth.cuts.alltoall.AlltoallBound` (``lp_algbw_GBps``, ``cut``, ``gap``,
     ``to_dict()``); see :mod:`synth.cuts.alltoall` for the LP and the cut candidates.
@@ -286,7 +290,15 @@ def alltoall_bound(topology: Topology) -> AlltoallBound:
     """
     from synth.cuts.alltoall import alltoall_bound as solve
 
-    return solve(topology)
+    if demand is None:
+        return solve(topology)
+    from synth.demand import as_chunk_matrix
+
+    return solve(topology, demand=as_chunk_matrix(demand, topology.num_ranks))
+
+
+def _uniform(n: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(0 if s == d else 1 for d in range(n)) for s in range(n))
 
 
 # ---------------------------------------------------------------------------------- time bounds
@@ -555,7 +567,7 @@ def balanced_switches(topology: Topology) -> bool:
     return True
 
 
-def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound:
+def time_bound(topology: Topology, kind: Kind | str, root: int = 0, demand: Any = None) -> TimeBound:
     """A proven lower bound on the time of ``kind`` on ``topology`` (see :class:`TimeBound`).
 
     The arguments, per collective, for a message of M bytes on N gpus:
@@ -563,7 +575,8 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
     - allgather: ForestColl's exact cut bound (M/N)|S|/B+(S) (every byte owned in S leaves S once);
       reduce-scatter: the same on the reversed links (bytes reduced into S must enter S); both exact;
     - broadcast / reduce: M / (the root's smallest cut) (exact: arborescence packing reaches it);
-    - alltoall: the maximum concurrent flow LP optimum (exact in the bandwidth model);
+    - alltoall: the maximum concurrent flow LP optimum (exact in the bandwidth model); alltoallv: the
+      same LP for ``demand`` (None: 1 chunk per pair), M the whole demand;
     - allreduce (valid on directed links, where reduce-scatter then allgather in series is *not* a
       bound): (a) for every cut S with gpus on both sides, the gpus outside need the sum of all M
       elements, which depends on the inputs inside S, so at least M bytes leave S, and likewise M
@@ -624,13 +637,18 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0) -> TimeBound
         terms = [BoundTerm("cut: the root's smallest cut", 1 / (cut.rate * GIGA), _cut_latency_s(topology, cut, net))]
         others = [r for r in all_ranks if r != root]
         reach = _reach_s(topology, [root], others) if not reverse else _reach_s(topology, others, [root])
-    elif kind == Kind.ALLTOALL:
-        lp = alltoall_bound(topology)
+    elif kind in (Kind.ALLTOALL, Kind.ALLTOALLV):
+        lp = alltoall_bound(topology) if kind == Kind.ALLTOALL else alltoall_bound(
+            topology, demand if demand is not None else _uniform(topology.num_ranks))
         smallest = min((float(lat) for _, _, lat in topology.graph.edges(data="latency")), default=0.0) * 1e-6
         terms = [BoundTerm("maximum concurrent flow (LP optimum)", 1 / (Fraction(repr(lp.lp_algbw_GBps)) * GIGA),
                            smallest)]
         optimum = True
-        reach = _reach_s(topology, all_ranks, all_ranks)
+        if lp.demand is None:
+            reach = _reach_s(topology, all_ranks, all_ranks)
+        else:  # only the pairs that send anything must be reached
+            reach = max((_reach_s(topology, [s], [d for d in all_ranks if row[d]])
+                         for s, row in enumerate(lp.demand) if any(row)), default=0.0)
     elif kind == Kind.ALLREDUCE:
         optimum = False
         terms = _allreduce_terms(topology)

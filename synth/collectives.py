@@ -12,15 +12,22 @@ The verifier and every algorithm read these same definitions.
 - allreduce: as reducescatter, but at the end every rank holds every chunk fully reduced.
 - alltoall: rank r's input is C chunks (C a multiple of N); global chunk id ``r*C + c`` starts at r and
   must end at rank ``c // (C/N)``.
+- alltoallv(demand): an N x N matrix D of chunk counts (diagonal 0): rank s sends D[s][d] equal chunks to
+  rank d. C = the sum of D; chunk ids are given out pair by pair in (src, dst) order, so rank s starts
+  with the ids of row s (value {s}) and rank d must end with every chunk sent to it, with its origin's
+  value. A message of ``size`` bytes is the whole demand (every pair summed), so a chunk is size/C bytes
+  and busbw is algbw/N (the mean bytes a rank sends per second). Without a demand, 1 chunk per pair.
 - broadcast(root): the root's C chunks reach every rank.
 - reduce(root): every rank's contribution to each of the C chunks is reduced at the root.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 from synth.errors import InputError
 
@@ -32,6 +39,7 @@ class Kind(StrEnum):
     REDUCESCATTER = "reducescatter"
     ALLREDUCE = "allreduce"
     ALLTOALL = "alltoall"
+    ALLTOALLV = "alltoallv"
     BROADCAST = "broadcast"
     REDUCE = "reduce"
 
@@ -43,6 +51,7 @@ ALIASES: dict[str, Kind] = {
     "reduce-scatter": Kind.REDUCESCATTER, "rs": Kind.REDUCESCATTER,
     "allreduce": Kind.ALLREDUCE, "all_reduce": Kind.ALLREDUCE, "all-reduce": Kind.ALLREDUCE, "ar": Kind.ALLREDUCE,
     "alltoall": Kind.ALLTOALL, "all_to_all": Kind.ALLTOALL, "all-to-all": Kind.ALLTOALL, "a2a": Kind.ALLTOALL,
+    "alltoallv": Kind.ALLTOALLV, "all_to_allv": Kind.ALLTOALLV, "all-to-allv": Kind.ALLTOALLV, "a2av": Kind.ALLTOALLV,
     "broadcast": Kind.BROADCAST, "bcast": Kind.BROADCAST,
     "reduce": Kind.REDUCE,
 }
@@ -80,8 +89,28 @@ class Collective:
     num_ranks: int
     chunks: int
     root: int | None = None
+    #: alltoallv only: the N x N matrix of chunk counts (rank s sends ``demand[s][d]`` chunks to rank d).
+    demand: tuple[tuple[int, ...], ...] | None = None
+
+    @classmethod
+    def alltoallv(cls, demand: Sequence[Sequence[int]]) -> Collective:
+        """The alltoallv collective of a chunk-count matrix (chunks = its sum).
+
+        >>> coll = Collective.alltoallv([[0, 2], [1, 0]])
+        >>> coll.chunks, list(coll.pair_chunks(0, 1)), coll.owner(2), coll.origin(2)
+        (3, [0, 1], 0, 1)
+        """
+        matrix = check_demand(demand)
+        return cls(Kind.ALLTOALLV, len(matrix), sum(map(sum, matrix)), demand=matrix)
+
+    @classmethod
+    def uniform_alltoallv(cls, num_ranks: int, per_pair: int = 1) -> Collective:
+        """alltoallv with ``per_pair`` chunks from every rank to every other rank."""
+        return cls.alltoallv([[0 if s == d else per_pair for d in range(num_ranks)] for s in range(num_ranks)])
 
     def __post_init__(self) -> None:
+        if self.kind == Kind.ALLTOALLV or self.demand is not None:
+            self._check_demand()
         for name in ("num_ranks", "chunks", "root"):
             value = getattr(self, name)
             if not (isinstance(value, int) and not isinstance(value, bool)) and not (name == "root" and value is None):
@@ -101,6 +130,39 @@ class Collective:
         elif self.root is not None:
             raise InputError("", "root", f"{self.kind} takes no root, got {self.root}")
 
+    def _check_demand(self) -> None:
+        if self.kind != Kind.ALLTOALLV:
+            raise InputError("", "demand", f"{self.kind} takes no demand (only alltoallv does)")
+        if self.demand is None:
+            raise InputError("", "demand", "alltoallv needs a demand (an N x N matrix of chunk counts)")
+        matrix = check_demand(self.demand)
+        if matrix != self.demand:
+            raise InputError("", "demand", "expected a tuple of tuples of ints (use Collective.alltoallv)")
+        if len(matrix) != self.num_ranks:
+            raise InputError("", "demand", f"expected a {self.num_ranks} x {self.num_ranks} matrix (one row per "
+                             f"rank), got {len(matrix)} rows")
+        total = sum(map(sum, matrix))
+        if self.chunks != total:
+            raise InputError("", "chunks", f"alltoallv chunks must be the demand's total {total}, got {self.chunks}")
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        """alltoallv: the first chunk id of pair (s, d) at index s*N + d, and the total at the end."""
+        starts = [0]
+        for row in self.demand or ():
+            for count in row:
+                starts.append(starts[-1] + count)
+        return starts
+
+    def pair_chunks(self, src: int, dst: int) -> range:
+        """alltoallv: the chunk ids rank ``src`` sends to rank ``dst`` (consecutive, in (src, dst) order)."""
+        index = src * self.num_ranks + dst
+        return range(self._starts[index], self._starts[index + 1])
+
+    def _pair_of(self, chunk: int) -> tuple[int, int]:
+        index = bisect.bisect_right(self._starts, chunk) - 1
+        return divmod(index, self.num_ranks)
+
     @property
     def reducing(self) -> bool:
         """True for collectives that combine contributions (reducescatter, allreduce, reduce)."""
@@ -108,7 +170,7 @@ class Collective:
 
     @property
     def num_chunk_ids(self) -> int:
-        """Number of distinct global chunk ids: N*C for alltoall, else C."""
+        """Number of distinct global chunk ids: N*C for alltoall, else C (alltoallv: the demand's total)."""
         return self.num_ranks * self.chunks if self.kind == Kind.ALLTOALL else self.chunks
 
     @property
@@ -122,13 +184,17 @@ class Collective:
         return (1 << self.num_ranks) - 1
 
     def owner(self, chunk: int) -> int:
-        """The rank that owns ``chunk`` (allgather, reducescatter) or where it must end (alltoall)."""
+        """The rank that owns ``chunk`` (allgather, reducescatter) or where it must end (alltoall, alltoallv)."""
+        if self.kind == Kind.ALLTOALLV:
+            return self._pair_of(chunk)[1]
         if self.kind == Kind.ALLTOALL:
             return (chunk % self.chunks) // self.chunks_per_rank
         return chunk // self.chunks_per_rank
 
     def origin(self, chunk: int) -> int:
-        """For alltoall, the rank a global chunk id starts at."""
+        """For alltoall and alltoallv, the rank a global chunk id starts at."""
+        if self.kind == Kind.ALLTOALLV:
+            return self._pair_of(chunk)[0]
         return chunk // self.chunks
 
     def initial(self, rank: int) -> Iterator[tuple[int, int]]:
@@ -140,6 +206,10 @@ class Collective:
                 yield chunk, bit
         elif self.kind == Kind.ALLTOALL:
             for chunk in range(rank * self.chunks, (rank + 1) * self.chunks):
+                yield chunk, bit
+        elif self.kind == Kind.ALLTOALLV:
+            n = self.num_ranks
+            for chunk in range(self._starts[rank * n], self._starts[(rank + 1) * n]):
                 yield chunk, bit
         elif self.kind == Kind.BROADCAST:
             if rank == self.root:
@@ -159,6 +229,10 @@ class Collective:
             for origin in range(self.num_ranks):
                 for local in range(rank * per, (rank + 1) * per):
                     yield origin * self.chunks + local, 1 << origin
+        elif self.kind == Kind.ALLTOALLV:
+            for origin in range(self.num_ranks):
+                for chunk in self.pair_chunks(origin, rank):
+                    yield chunk, 1 << origin
         elif self.kind == Kind.BROADCAST:
             for chunk in range(self.chunks):
                 yield chunk, 1 << self.root  # type: ignore[operator]
@@ -180,10 +254,36 @@ class Collective:
 
     def busbw_factor(self) -> float:
         """nccl-tests bus bandwidth factor: 2(p-1)/p allreduce; (p-1)/p allgather, reducescatter,
-        alltoall; 1 broadcast and reduce."""
+        alltoall; 1 broadcast and reduce; 1/p alltoallv (whose size is the whole demand)."""
         p = self.num_ranks
+        if self.kind == Kind.ALLTOALLV:
+            return 1 / p
         if self.kind == Kind.ALLREDUCE:
             return 2 * (p - 1) / p
         if self.kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL):
             return (p - 1) / p
         return 1.0
+
+
+def check_demand(demand: object, source: str = "", field: str = "demand") -> tuple[tuple[int, ...], ...]:
+    """A chunk-count matrix validated (square, at least 2 x 2, whole numbers >= 0, zero diagonal, not all
+    zero) and returned as a tuple of tuples; an :class:`InputError` naming ``field`` otherwise."""
+    if not isinstance(demand, Sequence) or isinstance(demand, str):
+        raise InputError(source, field, f"expected a matrix (a list of rows), got {type(demand).__name__}")
+    n = len(demand)
+    if n < 2:
+        raise InputError(source, field, f"a collective needs at least 2 ranks, got a {n}-row matrix")
+    rows = []
+    for s, row in enumerate(demand):
+        if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != n:
+            got = f"{len(row)} entries" if isinstance(row, Sequence) else type(row).__name__
+            raise InputError(source, f"{field}.{s}", f"expected a row of {n} chunk counts (a square matrix), got {got}")
+        for d, value in enumerate(row):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(source, f"{field}.{s}.{d}", f"expected a whole number of chunks >= 0, got {value!r}")
+        if row[s]:
+            raise InputError(source, f"{field}.{s}.{s}", f"a rank sends nothing to itself; expected 0, got {row[s]}")
+        rows.append(tuple(int(v) for v in row))
+    if not any(map(any, rows)):
+        raise InputError(source, field, "every entry is 0: the demand moves nothing")
+    return tuple(rows)

@@ -79,20 +79,20 @@ class Skipped:
     reason: str
 
 
-def lower_bound(topology: Topology, kind: Kind) -> TimeBound | None:
-    """The topology's proven lower bound on time for ``kind`` (:func:`synth.bounds.time_bound`), or None
-    when none can be computed (a limit, an LP failure)."""
+def lower_bound(topology: Topology, kind: Kind, demand: Any = None) -> TimeBound | None:
+    """The topology's proven lower bound on time for ``kind`` (:func:`synth.bounds.time_bound`; alltoallv
+    for ``demand``), or None when none can be computed (a limit, an LP failure)."""
     from synth.bounds import time_bound
 
     try:
-        return time_bound(topology, kind)
+        return time_bound(topology, kind, demand=demand)
     except SynthError:
         return None
 
 
-def bandwidth_bound(topology: Topology, kind: Kind) -> float | None:
+def bandwidth_bound(topology: Topology, kind: Kind, demand: Any = None) -> float | None:
     """The largest algbw (GB/s) any schedule of ``kind`` reaches on ``topology`` at large sizes, or None."""
-    bound = lower_bound(topology, kind)
+    bound = lower_bound(topology, kind, demand)
     return None if bound is None else bound.bandwidth_algbw_GBps()
 
 
@@ -215,7 +215,7 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
 def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], algorithms: Iterable[str] | None = None,
             options: dict[str, dict[str, object]] | None = None, model: str = "flow",
             progress: Callable[[str], None] | None = None, include_slow: bool = True,
-            keep_going: bool = False, plan: PlanOptions | None = None,
+            keep_going: bool = False, plan: PlanOptions | None = None, demand: Any = None,
             ) -> tuple[list[Row], list[Skipped], dict[tuple[Any, ...], Schedule]]:
     """Synthesize, verify and evaluate every applicable algorithm for each collective and size.
 
@@ -227,6 +227,9 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
     ``forest``, ``milp``) is synthesized once per size with ``size=`` (unless ``options`` fix its
     size), and each of its rows is measured on the schedule made for that size; the others are
     synthesized once. A row's ``synthesis_s`` is the time to make the schedule it was measured on.
+
+    ``demand`` (alltoallv; a Demand, its chunks or a chunk-count matrix, default 1 chunk per pair) is
+    passed to every algorithm's alltoallv and to its bound.
 
     ``include_slow=False`` leaves out slow solvers (:attr:`~synth.algorithms.Algorithm.slow`) unless
     named in ``algorithms``; ``keep_going=True`` records an algorithm that fails with a
@@ -242,7 +245,7 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
     sizes = list(sizes)
     wanted = set(algorithms) if algorithms is not None else None
     for kind in kinds:
-        bound = lower_bound(topology, kind)
+        bound = lower_bound(topology, kind, demand if kind == Kind.ALLTOALLV else None)
         for algorithm in available(kind):
             if wanted is not None and algorithm.name not in wanted:
                 continue
@@ -251,6 +254,8 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
             if progress:
                 progress(f"{algorithm.name} {kind}")
             user = dict((options or {}).get(algorithm.name, {}))
+            if kind == Kind.ALLTOALLV and demand is not None:
+                user.setdefault("demand", demand)
             per_size = algorithm.size_sensitive and "size" not in user
             groups = [[size] for size in sizes] if per_size else [sizes]
             reasons: set[str] = set()

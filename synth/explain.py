@@ -319,7 +319,7 @@ def chunk_root(schedule: Schedule, chunk: int, moves: list[Transfer]) -> int:
     collective = schedule.collective
     if collective.root is not None:
         return collective.root
-    if collective.kind == Kind.ALLTOALL:
+    if collective.kind in (Kind.ALLTOALL, Kind.ALLTOALLV):
         return collective.origin(chunk)
     if collective.kind == Kind.ALLREDUCE:
         ops = schedule.switch_ops

@@ -315,6 +315,8 @@ def min_transfers(kind: Kind, num_ranks: int, chunks: int) -> int:
     (56, 112)
     """
     n = num_ranks
+    if kind == Kind.ALLTOALLV:  # chunks is the demand's total; each chunk moves at least once
+        return chunks
     if kind == Kind.ALLREDUCE:
         return 2 * (n - 1) * chunks
     if kind in (Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCE):

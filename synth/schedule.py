@@ -23,6 +23,10 @@ input to every output (``multimem.st``). Every output leg lists every input leg 
 ``deps`` (the switch has its result only when the last input has arrived), so the order of a schedule is
 its deps alone, with or without switch ops. A schedule without switch ops is written as
 ``synth.schedule/2``, byte for byte as before; every ``/1`` and ``/2`` file reads unchanged.
+
+Alltoallv (``synth.schedule/3``): the header's ``demand`` is the N x N matrix of chunk counts (rank s sends
+``demand[s][d]`` chunks to rank d, ids pair by pair in (src, dst) order; ``chunks`` is its total), read
+only in ``/3`` and required there for an alltoallv; an alltoallv schedule is always written as ``/3``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from synth.collectives import Collective, Kind, parse_kind
+from synth.collectives import Collective, Kind, check_demand, parse_kind
 from synth.errors import InputError, excerpt
 from synth.topology import read_document
 
@@ -183,8 +187,8 @@ class Schedule:
 
     @property
     def format(self) -> str:
-        """``synth.schedule/3`` when the schedule has switch ops, else ``synth.schedule/2``."""
-        return SWITCH_FORMAT if self.switch_ops else FORMAT
+        """``synth.schedule/3`` when the schedule has switch ops or an alltoallv demand, else ``/2``."""
+        return SWITCH_FORMAT if self.switch_ops or self.collective.demand is not None else FORMAT
 
     def legs(self) -> tuple[list[list[int]], list[list[int]]]:
         """The ids of each switch op's input legs and output legs, in transfer order.
@@ -267,7 +271,12 @@ class Schedule:
         data = self.to_dict()
         transfers = data.pop("transfers")
         switch_ops = data.pop("switch_ops", None)
+        demand = data.get("demand")
+        if demand is not None:  # one matrix row per line
+            data["demand"] = "@demand@"
         head = json.dumps(data, indent=1, sort_keys=False)
+        if demand is not None:
+            head = head.replace('"@demand@"', "[\n  " + ",\n  ".join(json.dumps(row) for row in demand) + "\n ]", 1)
         if switch_ops is not None:
             ops = ",\n  ".join(json.dumps(op, separators=(",", ":")) for op in switch_ops)
             head = head[:-2] + ',\n "switch_ops": [\n  ' + ops + "\n ]\n}"
@@ -286,7 +295,7 @@ class Schedule:
         if fmt not in READ_FORMATS:
             raise InputError(source, "format", f"expected {FORMAT!r}, {SWITCH_FORMAT!r} (with switch ops) or the "
                              f"older {READ_FORMATS[0]!r}, got {excerpt(repr(fmt))}")
-        head = read_header(data, "transfers", source)
+        head = read_header(data, "transfers", source, fmt)
         collective, ranks = head.collective, head.ranks
         raw = data["transfers"]
         if not isinstance(raw, list):
@@ -379,9 +388,10 @@ class Header:
     topology_sha256: str | None
 
 
-def read_header(data: dict[str, Any], body: str, source: str) -> Header:
+def read_header(data: dict[str, Any], body: str, source: str, fmt: str | None = None) -> Header:
     """Validate the header of a parsed schedule object whose body is the field ``body``; raises
-    :class:`InputError` naming the field."""
+    :class:`InputError` naming the field. An alltoallv header has ``demand`` (the matrix of chunk
+    counts), which needs format ``synth.schedule/3`` (``fmt``)."""
     for name in ("collective", "topology", "ranks", "chunks", body):
         if name not in data:
             raise InputError(source, name, "missing required field")
@@ -393,8 +403,15 @@ def read_header(data: dict[str, Any], body: str, source: str) -> Header:
     root = data.get("root")
     if root is not None and not _is_int(root):
         raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
+    demand = data.get("demand")
+    if demand is not None and fmt != SWITCH_FORMAT:
+        raise InputError(source, "demand", f"an alltoallv demand needs format {SWITCH_FORMAT!r}, got {fmt!r}")
+    if (demand is None) == (kind == Kind.ALLTOALLV):
+        raise InputError(source, "demand", "alltoallv needs a demand (the matrix of chunk counts)" if demand is None
+                         else f"{kind} takes no demand (only alltoallv does)")
     try:
-        collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root)
+        collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root,
+                                demand=None if demand is None else check_demand(demand, source))
     except InputError as error:
         raise InputError(source, error.field, error.problem) from None
     params = data.get("params", {})
@@ -410,8 +427,9 @@ def read_header(data: dict[str, Any], body: str, source: str) -> Header:
 
 def header_dict(schedule: Any) -> dict[str, Any]:
     """The header fields of a schedule object (any form), in documented order."""
+    demand = schedule.collective.demand
     return {
-        "format": FORMAT,
+        "format": FORMAT if demand is None else SWITCH_FORMAT,
         "collective": schedule.collective.kind.value,
         "root": schedule.collective.root,
         "topology": schedule.topology,
@@ -419,6 +437,7 @@ def header_dict(schedule: Any) -> dict[str, Any]:
         **({"topology_sha256": schedule.topology_sha256} if schedule.topology_sha256 is not None else {}),
         "ranks": list(schedule.ranks),
         "chunks": schedule.collective.chunks,
+        **({"demand": [list(row) for row in demand]} if demand is not None else {}),
         "algorithm": schedule.algorithm,
         "params": _jsonable(schedule.params),
     }
@@ -446,7 +465,7 @@ def _check_size(collective: Collective, transfers: int, source: str) -> None:
     from synth import limits
 
     limits.check_transfers(transfers, f"the schedule in {source or 'the input'}", hint="")
-    cells = collective.num_ranks * collective.chunks
+    cells = collective.num_ranks * collective.chunks if collective.demand is None else collective.chunks
     if cells > 2 * transfers + 1_000_000:
         least = limits.min_transfers(collective.kind, collective.num_ranks, collective.chunks)
         raise InputError(source, "chunks", f"{collective.chunks:,} chunks on {collective.num_ranks} ranks need at "

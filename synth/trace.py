@@ -91,6 +91,7 @@ COMM_TYPE: dict[Kind, CollectiveCommType] = {
     Kind.ALLGATHER: CollectiveCommType.ALL_GATHER,
     Kind.BROADCAST: CollectiveCommType.BROADCAST,
     Kind.ALLTOALL: CollectiveCommType.ALL_TO_ALL,
+    Kind.ALLTOALLV: CollectiveCommType.ALL_TO_ALL,
     Kind.REDUCESCATTER: CollectiveCommType.REDUCE_SCATTER,
 }
 

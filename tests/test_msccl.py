@@ -332,7 +332,7 @@ def test_cli_names_the_flags_where_the_library_names_parameters(tmp_path, capsys
 
 def _cases():
     return [(spec, kind, algorithm.name) for spec in ("switch:n=8", "ring:n=8") for kind in Kind
-            for algorithm in available(kind)]
+            for algorithm in available(kind) if kind != Kind.ALLTOALLV]  # alltoallv: no MSCCL buffer layout yet
 
 
 

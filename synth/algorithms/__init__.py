@@ -27,6 +27,7 @@ from synth.topology import Topology
 
 AG, RS, AR, A2A, BC, RD = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.ALLTOALL,
                            Kind.BROADCAST, Kind.REDUCE)
+A2AV = Kind.ALLTOALLV
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,13 @@ def lookup(name: str, source: str = "", field: str = "algorithm") -> Algorithm:
     return entry
 
 
-register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, BC, RD},
+register("nccl", "synth.algorithms.nccl:nccl", {AG, RS, AR, A2A, A2AV, BC, RD},
          "what NCCL 2.23 runs (version=2.16: NCCL 2.16): rail-aware ring channels, its double binary tree, "
          "NVLS, NVLS-Tree and CollNet where the switches reduce, chosen with the protocol by its tuning model "
          "at -O size=...", size_sensitive=True)
 register("ring", "synth.algorithms.ring:ring", {AG, RS, AR}, "ring over a Hamiltonian cycle; channels=K|auto: one ring per NIC rail on multi-box systems",
          variants=({}, {"channels": 2}, {"channels": "auto"}))
-register("direct", "synth.algorithms.direct:direct", {AG, A2A}, "every rank sends straight to every other rank")
+register("direct", "synth.algorithms.direct:direct", {AG, A2A, A2AV}, "every rank sends straight to every other rank")
 register("binomial", "synth.algorithms.binomial:binomial", {BC, RD}, "binomial tree from/to the root", reads_as="tree")
 register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "bandwidth-optimal spanning trees (ForestColl): meets the exact cut bound; "
          "size=...: the trees per root (1 to the optimum) fastest at that size", size_sensitive=True, reads_as="tree")
@@ -113,7 +114,7 @@ register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N
 register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")
 register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)",
          variants=({}, {"scheduler": "themis"}))
-register("mcf", "synth.algorithms.mcf:mcf", {A2A}, "bandwidth-optimal alltoall: max concurrent flow LP (GLOP), rounded to chunks",
+register("mcf", "synth.algorithms.mcf:mcf", {A2A, A2AV}, "bandwidth-optimal alltoall(v): max concurrent flow LP (GLOP), rounded to chunks",
          time_limited=True)
 register("nvls", "synth.algorithms.nvls:nvls", {AG, RS, AR, BC, RD}, "NVLink SHARP as NCCL runs it in one NVLink "
          "domain: each chunk reduced (multimem.ld_reduce) and multicast (multimem.st) inside the switch")

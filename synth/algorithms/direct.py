@@ -6,19 +6,27 @@ such path (two gpus without a link on an NVLink mesh, say) goes through relay gp
 (:func:`synth.routing.relay_chain`): for allgather the relay is a rank that receives the chunk anyway,
 so it forwards what it received (each rank still receives each chunk once: per owner the transfers form
 a shortest-path tree); for alltoall the chunk passes through a scratch slot of each relay.
+
+Alltoallv (``demand=``, see :mod:`synth.demand`) is NCCL's grouped send/receive: every pair's chunks go
+straight along its route, all at once, exactly as for alltoall.
 """
 
 from __future__ import annotations
 
-from synth.algorithms.utils import make_collective, send
+from typing import Any
+
+from synth.algorithms.utils import alltoallv_collective, make_collective, send
 from synth.collectives import Kind
+from synth.errors import NotApplicable
 from synth.routing import relay_chain, route
 from synth.schedule import Schedule, ScheduleBuilder
 from synth.topology import Topology
 
 
-def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None) -> Schedule:
-    """Direct allgather or alltoall; transfers start at once (no deps) except relays' onward copies.
+def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
+           demand: Any = None) -> Schedule:
+    """Direct allgather, alltoall or alltoallv; transfers start at once (no deps) except relays' onward
+    copies. ``demand`` (alltoallv only): a Demand, its chunks or a chunk-count matrix; default 1 per pair.
 
     Examples
     --------
@@ -28,8 +36,20 @@ def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     >>> s = direct(load_topology("dgx1"), Kind.ALLGATHER)
     >>> len(s.transfers), sum(1 for t in s.transfers if t.deps)  # 8 x 7 receptions, 8 x 3 of them relayed
     (56, 24)
+    >>> len(direct(load_topology("switch:n=3"), Kind.ALLTOALLV, demand=[[0, 2, 0], [1, 0, 0], [0, 0, 0]]).transfers)
+    3
     """
     n = topology.num_ranks
+    if kind == Kind.ALLTOALLV:
+        coll = alltoallv_collective(topology, demand, chunks, root)
+        builder = ScheduleBuilder(coll, topology.name, topology.gpus, "direct", {"chunks": coll.chunks})
+        for src in range(n):
+            for dst in range(n):
+                for chunk in coll.pair_chunks(src, dst):
+                    send(builder, topology, src, dst, chunk)
+        return builder.build()
+    if demand is not None:
+        raise NotApplicable(f"a demand is for alltoallv, not {kind}")
     coll = make_collective(topology, kind, chunks, root, default_chunks=n)
     builder = ScheduleBuilder(coll, topology.name, topology.gpus, "direct", {"chunks": coll.chunks})
     per = coll.chunks_per_rank

@@ -11,6 +11,14 @@ that keeps the busiest link low. The *rounding loss* is the schedule's congestio
 optimum, minus one; the smallest m whose loss is within ``max_loss`` (2% by default) is used, and the
 loss is reported in ``schedule.params``.
 
+Alltoallv
+---------
+For a demand (``demand=``: chunk counts w per pair, :mod:`synth.demand`) the LP carries w[s][d]·λ per pair
+(:mod:`synth.cuts.alltoall`); each chunk of the demand may be cut into m equal pieces (the demand becomes
+m·w, the same bytes per pair), pair (s, d)'s m·w[s][d] pieces are shared among its paths in proportion
+to the flow by the same rounding, and the smallest m within ``max_loss`` is used (``chunks_per_pair``
+in ``params`` is m).
+
 Examples
 --------
 >>> from synth.library import load_topology
@@ -26,8 +34,8 @@ import math
 from typing import Any
 
 from synth import limits
-from synth.algorithms.utils import make_collective
-from synth.collectives import Kind
+from synth.algorithms.utils import alltoallv_collective, make_collective
+from synth.collectives import Collective, Kind
 from synth.cuts.alltoall import AlltoallFlow, solve_alltoall_lp
 from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule, ScheduleBuilder
@@ -39,7 +47,8 @@ MAX_CHUNKS_PER_PAIR = 64
 
 def _round_paths(flow: AlltoallFlow, topology: Topology, per_pair: int
                  ) -> tuple[dict[tuple[int, int], list[tuple[tuple[str, ...], int]]], float]:
-    """Give each pair ``per_pair`` chunks spread over its paths; return the split and the rounding loss.
+    """Give each pair ``per_pair`` chunks (times its demand, for alltoallv) spread over its paths; return
+    the split and the rounding loss.
 
     The loss is max over links of (chunks on the link x λ) / (per_pair x bandwidth), minus one: the
     schedule's congestion time over the LP optimum.
@@ -65,7 +74,7 @@ def _round_paths(flow: AlltoallFlow, topology: Topology, per_pair: int
     # Hand out the remaining chunks: largest fractional share first, each to the pair's path that keeps
     # the busiest link it crosses lowest.
     pending.sort()
-    missing = {pair: per_pair - sum(counts) for pair, counts in assignment.items()}
+    missing = {pair: per_pair * flow.weight(pair) - sum(counts) for pair, counts in assignment.items()}
     fractional = {(pair, index): -negative for negative, pair, index in pending}
     for _, pair, _ in pending:
         if missing[pair] <= 0:
@@ -142,16 +151,17 @@ def _rebalance(flow: AlltoallFlow, assignment: dict[tuple[int, int], list[int]],
 # ------------------------------------------------------------------------------------ algorithm
 def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
         relays: bool = True, max_loss: float = 0.02, max_chunks_per_pair: int = MAX_CHUNKS_PER_PAIR,
-        time_limit_s: float | None = None) -> Schedule:
-    """Bandwidth-optimal alltoall from the maximum concurrent flow LP (see the module notes).
+        time_limit_s: float | None = None, demand: Any = None) -> Schedule:
+    """Bandwidth-optimal alltoall or alltoallv from the maximum concurrent flow LP (see the module notes).
 
     Parameters
     ----------
     topology : Topology
     kind : Kind
-        Only ``alltoall``.
+        ``alltoall`` or ``alltoallv``.
     chunks : int, optional
-        Chunks per rank C (a multiple of N). Default: the smallest N·m whose rounding loss is within
+        Chunks per rank C (a multiple of N); alltoallv: the demand rounded to this many chunks in all, no
+        further cutting. Default: the smallest N·m whose rounding loss is within
         ``max_loss``, m up to ``max_chunks_per_pair``.
     relays : bool
         Allow gpus to relay other gpus' data (store-and-forward); on by default because it gives the
@@ -162,6 +172,9 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
         Upper end of the search for m.
     time_limit_s : float, optional
         Wall-clock limit per LP solve.
+    demand : optional
+        alltoallv only: a Demand, its chunks or a chunk-count matrix (default 1 chunk per pair); the search
+        for m then cuts every chunk into m pieces.
 
     Returns
     -------
@@ -176,22 +189,32 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
     >>> s.params["rounding_loss"] <= 0.02, s.chunks % 4
     (True, 0)
     """
-    if kind != Kind.ALLTOALL:
-        raise NotApplicable(f"mcf does alltoall only, not {kind}")
+    if kind not in (Kind.ALLTOALL, Kind.ALLTOALLV):
+        raise NotApplicable(f"mcf does alltoall and alltoallv only, not {kind}")
+    if demand is not None and kind != Kind.ALLTOALLV:
+        raise NotApplicable(f"a demand is for alltoallv, not {kind}")
     n = topology.num_ranks
     if not 0 <= max_loss < 1:
         raise InputError("", "max_loss", f"expected a fraction in [0, 1), got {max_loss!r}")
     if isinstance(max_chunks_per_pair, bool) or not isinstance(max_chunks_per_pair, int) or max_chunks_per_pair < 1:
         raise InputError("", "max_chunks_per_pair", f"expected a positive integer, got {max_chunks_per_pair!r}")
-    coll = make_collective(topology, kind, chunks, root, default_chunks=n)  # validates chunks and root
-    flow = solve_alltoall_lp(topology, relays=bool(relays), time_limit_s=time_limit_s)
+    base = None
+    if kind == Kind.ALLTOALLV:
+        coll = alltoallv_collective(topology, demand, chunks, root)
+        base = coll.demand
+    else:
+        coll = make_collective(topology, kind, chunks, root, default_chunks=n)  # validates chunks and root
+    flow = solve_alltoall_lp(topology, relays=bool(relays), time_limit_s=time_limit_s, demand=base)
 
     if chunks is not None:
-        per_pair = coll.chunks // n
+        per_pair = coll.chunks // n if base is None else 1  # alltoallv: chunks=K already rounded the demand
         split, loss = _round_paths(flow, topology, per_pair)
     else:
         best: tuple[float, int, Any] | None = None
-        for per_pair in range(1, max_chunks_per_pair + 1):
+        # alltoallv: cut chunks only while the schedule stays within a quarter of the transfer limit
+        cap = max_chunks_per_pair if base is None else max(1, min(
+            max_chunks_per_pair, int(limits.limit_value("max_transfers")) // (4 * coll.chunks)))
+        for per_pair in range(1, cap + 1):
             split, loss = _round_paths(flow, topology, per_pair)
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, per_pair, split)
@@ -199,11 +222,15 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
                 break
         assert best is not None
         loss, per_pair, split = best
-        coll = make_collective(topology, kind, n * per_pair, root)
+        if base is not None:
+            coll = Collective.alltoallv([[per_pair * count for count in row] for row in base])
+        else:
+            coll = make_collective(topology, kind, n * per_pair, root)
 
     segments_total = sum(count * _segments_count(topology, path) for options in split.values()
                          for path, count in options)
-    limits.check_transfers(segments_total, f"mcf alltoall on {topology.name} with {coll.chunks} chunks per rank")
+    limits.check_transfers(segments_total, f"mcf {kind} on {topology.name} with {coll.chunks} chunks"
+                           f"{'' if base is not None else ' per rank'}")
     params = {
         "chunks": coll.chunks,
         "chunks_per_pair": per_pair,
@@ -220,12 +247,12 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
     builder = ScheduleBuilder(coll, topology.name, topology.gpus, "mcf", params)
     rank_of = topology.rank_of
     for (src, dst), options in sorted(split.items()):
-        local = dst * per_pair
+        ids = iter(coll.pair_chunks(src, dst) if base is not None else
+                   range(src * coll.chunks + dst * per_pair, src * coll.chunks + (dst + 1) * per_pair))
         for path, count in options:
             pieces = _split_at_relays(topology, path)
             for _ in range(count):
-                chunk = src * coll.chunks + local
-                local += 1
+                chunk = next(ids)
                 previous: list[int] = []
                 for piece in pieces:
                     previous = [builder.add(rank_of[piece[0]], rank_of[piece[-1]], chunk, piece, deps=previous)]

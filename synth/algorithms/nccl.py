@@ -743,7 +743,8 @@ def parse_version(version: str | float) -> str:
 
 
 def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int | str | None = None,
-         arch: str = "auto", algo: str = "auto", proto: str = "auto", version: str = DEFAULT_VERSION) -> Schedule:
+         arch: str = "auto", algo: str = "auto", proto: str = "auto", version: str = DEFAULT_VERSION,
+         demand: Any = None) -> Schedule:
     """The schedule NCCL would run for ``kind`` at ``size`` bytes (see the module docstring).
 
     Parameters
@@ -789,12 +790,14 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
         raise NotApplicable(f"NCCL's tree does only allreduce, not {kind}")
     gpu, cpu = detect_arch(topology, arch)
     params: dict[str, Any] = {"nccl_version": release, "size": size_bytes, "arch": gpu}
-    if kind == Kind.ALLTOALL:
+    if kind in (Kind.ALLTOALL, Kind.ALLTOALLV):  # alltoallv (demand=...): the same grouped send/receive
         if root is not None:
-            raise InputError("", "root", "alltoall takes no root")
+            raise InputError("", "root", f"{kind} takes no root")
         if algorithm not in ("auto", RING):
-            raise NotApplicable(f"NCCL runs alltoall as send/receive, not {algorithm}")
-        return _alltoall(topology, size_bytes, protocol, params)
+            raise NotApplicable(f"NCCL runs {kind} as send/receive, not {algorithm}")
+        return _alltoall(topology, size_bytes, protocol, params, kind, demand)
+    if demand is not None:
+        raise NotApplicable(f"a demand is for alltoallv, not {kind}")
 
     machine, rings, boxes, nvls_switches = _machine(topology, kind, gpu, cpu, key)
     graph_params: dict[str, Any] = {"rings": len(rings), "ring": machine.ring.to_dict(), "tree": machine.tree.to_dict()}
@@ -947,12 +950,16 @@ def _build(topology: Topology, kind: Kind, root: int | None, size: int | None, a
     return tree_schedule(topology, kind, chains, per_chain, "nccl", params, root=start)
 
 
-def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[str, Any]) -> Schedule:
+def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[str, Any],
+              kind: Kind = Kind.ALLTOALL, demand: Any = None) -> Schedule:
     from synth.algorithms.direct import direct
 
     n = topology.num_ranks
+    schedule = direct(topology, kind, demand=demand) if kind == Kind.ALLTOALLV else direct(topology, Kind.ALLTOALL)
+    # alltoallv: size is the whole demand, so a peer gets size / (pairs that send) on average
+    peers = n if kind == Kind.ALLTOALL else sum(1 for row in schedule.collective.demand or () for c in row if c)
     if protocol == "auto":
-        per_peer = None if size is None else size / n
+        per_peer = None if size is None else size / peers
         chosen = SIMPLE if per_peer is None or per_peer > P2P_LL_THRESHOLD else LL
         reason = ("no size given: Simple" if per_peer is None else
                   f"NCCL sends each peer {per_peer:g} bytes: {'LL' if chosen == LL else 'Simple'} "
@@ -961,7 +968,6 @@ def _alltoall(topology: Topology, size: int | None, protocol: str, params: dict[
         raise InputError("", "proto", "NCCL's send/receive uses LL or Simple, not LL128")
     else:
         chosen, reason = protocol, f"forced {protocol}"
-    schedule = direct(topology, Kind.ALLTOALL)
     params.update(chunks=schedule.chunks, choice={"algorithm": "send/receive", "protocol": chosen,
                                                   "channels": None, "reason": reason},
                   plan={"protocol": chosen})

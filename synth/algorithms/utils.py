@@ -58,6 +58,27 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
     return collective
 
 
+def alltoallv_collective(topology: Topology, demand: Any, chunks: int | None = None, root: int | None = None
+                         ) -> Collective:
+    """The alltoallv :class:`Collective` of an algorithm's ``demand`` option (see
+    :func:`synth.demand.as_chunk_matrix`: a Demand, a Chunked, a chunk-count matrix, or None for 1 chunk per
+    pair). ``chunks=K`` rounds that demand, as weights, to K chunks in all (:meth:`synth.demand.Demand.to_chunks`);
+    ``root`` is refused."""
+    from synth import limits
+    from synth.demand import Demand, as_chunk_matrix
+
+    if root is not None:
+        raise InputError("", "root", "alltoallv takes no root")
+    matrix = as_chunk_matrix(demand, topology.num_ranks)
+    if chunks is not None:
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise InputError("", "chunks", f"expected a whole number of chunks >= 1, got {chunks!r}")
+        matrix = Demand(topology.num_ranks, "weights", matrix).to_chunks(chunks=chunks).matrix
+    collective = Collective.alltoallv(matrix)
+    limits.check_transfers(collective.chunks, f"alltoallv on {topology.num_ranks} gpus with {collective.chunks} chunks")
+    return collective
+
+
 def hamiltonian_cycle(adjacency: dict[int, set[int]], budget: int = 100_000) -> list[int] | None:
     """A cycle through every key of ``adjacency`` (undirected neighbour sets), by depth-first search
     that tries the neighbour with the fewest free onward choices first; None within ``budget`` steps.

@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "synth.cli.export",
     "synth.cli.bound",
     "synth.cli.tune",
+    "synth.cli.demand",
 ]
 
 

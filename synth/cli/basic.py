@@ -9,6 +9,7 @@ import typer
 
 from synth.cli.common import (
     CSV_OPTION,
+    DEMAND_HELP,
     JSON_OPTION,
     PROTOCOL_OPTION,
     SIZE_HELP,
@@ -18,6 +19,7 @@ from synth.cli.common import (
     WINDOW_OPTION,
     check_chunks,
     console,
+    demand_argument,
     fmt_time,
     load_stored_schedule,
     output_file,
@@ -94,12 +96,13 @@ def show(topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)], as_json: 
 
 def generate(
     topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
-    collective: Annotated[str, typer.Option("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, broadcast, reduce")],
+    collective: Annotated[str, typer.Option("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, alltoallv, broadcast, reduce")],
     algorithm: Annotated[str, typer.Option("--algorithm", "-a", help="an algorithm name (`synth algorithms` lists them with their options)")] = "ring",
     output: Annotated[str, typer.Option("--output", "-o", help="schedule file to write (synth.schedule/2 JSON)")] = "schedule.json",
-    chunks: Annotated[int | None, typer.Option("--chunks", "-k", help="chunks C (algorithm default if omitted)")] = None,
+    chunks: Annotated[int | None, typer.Option("--chunks", "-k", help="chunks C (algorithm default if omitted); alltoallv: the demand's chunks in all")] = None,
     root: Annotated[int | None, typer.Option("--root", help="root rank for broadcast and reduce")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-O", help="algorithm option key=value (repeatable)")] = None,
+    demand: Annotated[str | None, typer.Option("--demand", help=DEMAND_HELP)] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
     compact: Annotated[bool, typer.Option("--compact", help="write the trees form (forest only): the trees and their chunks, no transfer records; for schedules past a few million transfers")] = False,
 ) -> None:
@@ -107,13 +110,16 @@ def generate(
     from synth.choose import synthesize
     from synth.verify import verify
 
-    output_file(output, inputs=[topology])
+    output_file(output, inputs=[topology] + ([demand] if demand else []))
     topo = topology_argument(topology)
     kind = parse_kind(collective, field="--collective")
     options = parse_options(option)
     if chunks is not None:
         check_chunks(chunks, "--chunks")
-    if chunks is not None:
+    chunked = demand_argument(demand, kind, topo, chunks)
+    if chunked is not None:
+        options["demand"] = chunked
+    elif chunks is not None:
         options["chunks"] = chunks
     if root is not None:
         options["root"] = root

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from synth.cli.common import (
     CSV_OPTION,
+    DEMAND_HELP,
     JSON_OPTION,
     TOPOLOGY_HELP,
     check_bound_work,
     console,
+    demand_argument,
+    fmt_time,
     print_json,
     shown,
     table,
@@ -48,8 +51,12 @@ def bound(
         "--max-trees-per-root", "-K", min=1,
         help="also report the best rate with at most K trees per root and its gap to the optimum")] = None,
     collective: Annotated[str, typer.Option(
-        "--collective", "-c", help="allgather (default: the exact tree bound, AG/RS/AR) or alltoall "
-                                   "(the max concurrent flow LP optimum beside the best cut bound)")] = "allgather",
+        "--collective", "-c", help="allgather (default: the exact tree bound, AG/RS/AR), alltoall "
+                                   "(the max concurrent flow LP optimum beside the best cut bound) or alltoallv "
+                                   "(the same for --demand)")] = "allgather",
+    demand: Annotated[str | None, typer.Option("--demand", help=DEMAND_HELP)] = None,
+    chunks: Annotated[int | None, typer.Option("--chunks", "-k", min=1,
+                                               help="alltoallv: round the demand to this many chunks in all")] = None,
     no_switch_reduction: Annotated[bool, typer.Option(
         "--no-switch-reduction",
         help="treat every switch as passive (no in-switch reduction or multicast: NVLS, SHARP), as if the "
@@ -60,7 +67,8 @@ def bound(
     """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR (AR as RS then AG, beside the
     proven allreduce ceiling that ``compare`` rates against), the (U, k) trees it needs, and
     the bottleneck cut: the gpus and switches whose egress links limit everyone ("why is my fabric slow").
-    With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it.
+    With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it;
+    ``--collective alltoallv --demand FILE``: the same for that demand (algbw with n = the whole demand).
     The bounds are for the fabric as described, switch capabilities included (the allreduce bound rises
     where switches reduce); ``--no-switch-reduction`` gives the passive-switch figures."""
     from synth.algorithms.forest.plan import unbalanced_switches
@@ -69,7 +77,13 @@ def bound(
     topo = topology_argument(topology)
     if no_switch_reduction:
         topo = topo.passive()
-    if parse_kind(collective, field="--collective") == Kind.ALLTOALL:
+    kind = parse_kind(collective, field="--collective")
+    chunked = demand_argument(demand, kind, topo, chunks)
+    if kind == Kind.ALLTOALLV:
+        check_bound_work(topo, "the alltoallv bound")
+        _alltoallv(topo, chunked, demand, as_json)
+        return
+    if kind == Kind.ALLTOALL:
         check_bound_work(topo, "the alltoall bound")
         _alltoall(topo, as_json)
         return
@@ -199,4 +213,45 @@ def _alltoall(topo: Topology, as_json: bool) -> None:
          "0 when the bottleneck is a cut" if abs(result.gap) < 1e-9 else "the cut bound is not tight here"],
     ]
     console.print(table("alltoall", ["quantity", "value", "note"], rows))
+    console.print(f"  gpus in the cut:  {shown(_names([topo.gpus[r] for r in cut.gpus]))}")
+
+
+def _alltoallv(topo: Topology, chunked: Any, path: str | None, as_json: bool) -> None:
+    """``synth bound TOPO -c alltoallv --demand FILE``: the LP optimum for the demand, its time at the
+    demand's size (a bytes demand) and the cut that comes closest to limiting it."""
+    from synth.bounds import alltoall_bound
+    from synth.demand import as_chunk_matrix
+
+    matrix = as_chunk_matrix(chunked, topo.num_ranks)
+    result = alltoall_bound(topo, matrix)
+    total = sum(map(sum, matrix))
+    size = chunked.unit_per_chunk * total if chunked is not None and chunked.unit == "bytes" else None
+    cut = result.cut
+    inside = set(cut.gpus)
+    crossing = sum(matrix[s][d] for s in cut.gpus for d in range(topo.num_ranks) if d not in inside)
+    if as_json:
+        data = result.to_dict()
+        data.update(demand_file=path, chunks=total, cut_crossing_chunks=crossing,
+                    rounding=None if chunked is None else chunked.to_dict(),
+                    size_bytes=size, time_s=None if size is None else size / (result.lp_algbw_GBps * 1e9))
+        print_json(data)
+        return
+    kind = "every gpu subset" if cut.exhaustive else f"{cut.candidates} candidate gpu sets"
+    console.print(f"[bold]{shown(topo.name)}[/bold]: {result.num_ranks} gpus, {len(topo.switches)} switches "
+                  f"(alltoallv, {total:,} chunks, {result.solve_s:.3f} s)")
+    rows = [
+        ["optimal alltoallv algbw (LP)", f"{result.lp_algbw_GBps:.4f} GB/s",
+         "max concurrent flow, each pair its share of the demand, gpus may relay; n = the whole demand"],
+        ["best cut bound", f"{float(cut.algbw_GBps):.4f} GB/s",
+         f"= {total} x {cut.egress_GBps} / {crossing} exactly, over {kind}"],
+        ["cut bound above the LP", f"{100 * result.gap:.2f}%",
+         "0 when the bottleneck is a cut" if abs(result.gap) < 1e-9 else "the cut bound is not tight here"],
+    ]
+    if size is not None:
+        rows.append(["optimal time for the demand", fmt_time(size / (result.lp_algbw_GBps * 1e9)),
+                     f"{size:,.0f} bytes in all"])
+    console.print(table("alltoallv", ["quantity", "value", "note"], rows))
+    console.print(f"[bold]bottleneck cut S[/bold]: {len(cut.gpus)} of {result.num_ranks} gpus. {crossing:,} of the "
+                  f"{total:,} chunks ({100 * crossing / total:.1f}%) go from S to the gpus outside, through "
+                  f"{cut.egress_GBps} GB/s of links leaving S.")
     console.print(f"  gpus in the cut:  {shown(_names([topo.gpus[r] for r in cut.gpus]))}")

@@ -121,6 +121,34 @@ def sizes_argument(values: list[str] | None, default: list[str]) -> list[int]:
     return list(dict.fromkeys(s for v in (values or default) for s in parse_sizes(v, "--size")))
 
 
+DEMAND_HELP = ("alltoallv: a synth.demand/1 file (the N x N matrix of bytes, weights or chunks each rank sends each "
+               "other; `synth demand moe` writes one); without it 1 chunk per pair")
+
+
+def demand_argument(path: str | None, kind: Any, topology: Topology, chunks: int | None = None,
+                    option: str = "--demand") -> Any:
+    """The chunked demand of ``--demand FILE`` for alltoallv (rounded to ``chunks`` in all, default
+    :data:`synth.demand.DEFAULT_CHUNKS_PER_PAIR` per pair; the rounding error is noted), None without one.
+    A demand for another collective, or one whose size is not the topology's, is refused naming the option."""
+    from synth.collectives import Kind
+    from synth.demand import Demand
+
+    if path is None:
+        return None
+    if kind != Kind.ALLTOALLV:
+        raise InputError("", option, f"a demand is for alltoallv (-c alltoallv), not {kind}")
+    demand = Demand.from_file(path)
+    if demand.ranks != topology.num_ranks:
+        raise InputError(path, "ranks", f"the demand is for {demand.ranks} ranks, {topology.name} has "
+                         f"{topology.num_ranks} gpus")
+    chunked = demand.to_chunks(chunks=chunks)
+    unit = {"bytes": "bytes", "weights": "weight", "chunks": "chunk"}[demand.unit]
+    note(f"demand {shown(path)}: {chunked.chunks:,} chunks of {chunked.unit_per_chunk:.6g} {unit}s "
+         f"(rounding: worst pair off by {100 * chunked.max_pair_error:.2f}%, {100 * chunked.moved_fraction:.3f}% "
+         "of the total moved between pairs)")
+    return chunked
+
+
 def check_chunks(chunks: int, option: str) -> None:
     """Refuse a chunk count no schedule within the transfer limit could have (each chunk moves at least once)."""
     from synth import limits

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 from contextlib import AbstractContextManager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from synth.cli.common import (
     CSV_OPTION,
+    DEMAND_HELP,
     JSON_OPTION,
     PROTOCOL_OPTION,
     QUIET_OPTION,
@@ -25,6 +26,7 @@ from synth.cli.common import (
     check_made_for,
     command_verbosity,
     console,
+    demand_argument,
     detail,
     err_console,
     fmt_time,
@@ -41,10 +43,13 @@ from synth.cli.common import (
     topology_argument,
     verify_file,
 )
-from synth.collectives import parse_kind
+from synth.collectives import Kind, parse_kind
 from synth.errors import InputError
 from synth.fileio import check_interrupted
 from synth.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from synth.topology import Topology
 
 DEFAULT_KINDS = ["allgather", "reducescatter", "allreduce", "alltoall"]
 DEFAULT_SIZES = ["64KiB", "1MiB", "16MiB", "256MiB", "1GiB"]
@@ -67,11 +72,26 @@ def _status(message: str) -> AbstractContextManager[object]:
     return err_console.status(message)
 
 
+def _compare_demand(collective: list[str] | None, demand: str | None, topo: Topology
+                    ) -> tuple[list[Kind], Any, list[str]]:
+    """``compare``'s collectives (alltoallv alone by default with ``--demand``), the chunked demand (or
+    None) and the default sizes (a bytes demand's total, else the usual ones)."""
+    kinds = [parse_kind(c, field="--collective") for c in (collective or (["alltoallv"] if demand else DEFAULT_KINDS))]
+    kinds = list(dict.fromkeys(kinds))
+    chunked = demand_argument(demand, Kind.ALLTOALLV if Kind.ALLTOALLV in kinds else kinds[0], topo)
+    if chunked is not None and chunked.unit == "bytes":
+        return kinds, chunked, [str(round(chunked.unit_per_chunk * chunked.chunks))]
+    return kinds, chunked, DEFAULT_SIZES
+
+
 def compare(
     topology: Annotated[str, typer.Argument(help=TOPOLOGY_HELP)],
     collective: Annotated[list[str] | None, typer.Option("--collective", "-c",
-                          help="collective (repeatable); default allgather, reducescatter, allreduce, alltoall")] = None,
-    size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP)] = None,
+                          help="collective (repeatable); default allgather, reducescatter, allreduce, alltoall "
+                               "(alltoallv with --demand)")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP + "; alltoallv: the whole "
+                                                   "demand's bytes (default: a bytes demand's total)")] = None,
+    demand: Annotated[str | None, typer.Option("--demand", help=DEMAND_HELP)] = None,
     algorithm: Annotated[list[str] | None, typer.Option("--algorithm", "-a",
                          help="only these algorithms (repeatable); default every applicable one except slow "
                               "solver runs (milp)")] = None,
@@ -105,9 +125,8 @@ def compare(
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = topology_argument(topology)
     check_bound_work(topo, "compare (the bounds and the tree packing)")
-    kinds = [parse_kind(c, field="--collective") for c in (collective or DEFAULT_KINDS)]
-    kinds = list(dict.fromkeys(kinds))
-    sizes = sorted(set(sizes_argument(size, DEFAULT_SIZES)))
+    kinds, chunked, default_sizes = _compare_demand(collective, demand, topo)
+    sizes = sorted(set(sizes_argument(size, default_sizes)))
     for name in algorithm or []:
         if name not in REGISTRY:
             raise InputError("", "--algorithm", f"unknown algorithm {name!r}; expected one of {', '.join(REGISTRY)}")
@@ -125,13 +144,13 @@ def compare(
             check_interrupted()
 
         rows, skipped, _ = run_all(topo, kinds, sizes, algorithm, model=model, progress=step, include_slow=False,
-                                   keep_going=True, plan=plan_choice)
+                                   keep_going=True, plan=plan_choice, demand=chunked)
     best = best_rows(rows)
     base = baselines(rows)
     base_names = sorted({row.algorithm for row in base.values()})
     if as_json:
         print_json({"topology": topo.name, "model": model,
-                    "bounds_GBps": {k.value: bandwidth_bound(topo, k) for k in kinds},
+                    "bounds_GBps": {k.value: bandwidth_bound(topo, k, chunked) for k in kinds},
                     "baseline": [baseline_description(topo, name) for name in base_names],
                     "rows": [dict(r.to_dict(), best=(r.collective, r.size, r.algorithm) in best,
                                   baseline=base[(r.collective, r.size)].algorithm if (r.collective, r.size) in base

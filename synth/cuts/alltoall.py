@@ -30,6 +30,14 @@ optimum and minimizes the total hop-bytes, which removes flow cycles and detours
 extra hop appears only where it buys throughput. A relayed path becomes separate transfers in the
 schedule: a copy to the relay gpu (which holds the chunk in a spare cell), then onwards with a dep.
 
+Any demand (alltoallv)
+----------------------
+With a demand matrix w (chunk counts, :mod:`synth.demand`), pair (s, d) must carry w[s][d]·λ instead of
+λ: the source emits Σ_d w[s][d]·λ and gpu d keeps w[s][d]·λ; λ is then the rate per chunk of the
+demand, and with the alltoallv size convention (n = the whole demand, a chunk n/C bytes, C = Σ w) the
+optimal time is (n/C)/λ and the algbw C·λ. Uniform alltoall is w = 1 with algbw N·λ (its n is one
+rank's buffer). The cut bound generalizes the same way: algbw <= C·B+(S) / w(S → outside).
+
 The cut bound
 -------------
 For any set S of nodes holding k of the N gpus, k(N-k) pairs must cross the links leaving S, so
@@ -99,6 +107,12 @@ class AlltoallFlow:
     variables: int
     constraints: int
     solve_s: float = field(compare=False)
+    #: alltoallv: the chunk-count matrix the flow is for (pair (s, d) carries demand[s][d]·λ); None: alltoall.
+    demand: tuple[tuple[int, ...], ...] | None = None
+
+    def weight(self, pair: tuple[int, int]) -> int:
+        """The demand of ``pair`` in chunks (1 for alltoall)."""
+        return 1 if self.demand is None else self.demand[pair[0]][pair[1]]
 
     def time(self, size: int) -> float:
         """Optimal alltoall time in seconds for ``size`` bytes per rank (nccl-tests n)."""
@@ -144,6 +158,8 @@ class AlltoallBound:
     cut: CutBound
     relays: bool
     solve_s: float = field(compare=False)
+    #: alltoallv: the chunk-count matrix bounded (algbw with n = the whole demand); None: alltoall.
+    demand: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def cut_algbw_GBps(self) -> float:
@@ -162,7 +178,8 @@ class AlltoallBound:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict for JSON output."""
-        return {"topology": self.topology, "collective": "alltoall", "num_ranks": self.num_ranks,
+        return {"topology": self.topology, "collective": "alltoall" if self.demand is None else "alltoallv",
+                "num_ranks": self.num_ranks,
                 "lp_algbw_GBps": self.lp_algbw_GBps, "cut_algbw_GBps": self.cut_algbw_GBps,
                 "cut_algbw_exact": str(self.cut.algbw_GBps), "cut_gpus": list(self.cut.gpus),
                 "cut_egress_GBps": float(self.cut.egress_GBps), "cut_exhaustive": self.cut.exhaustive,
@@ -171,7 +188,8 @@ class AlltoallBound:
 
 # ------------------------------------------------------------------------------------------- LP
 def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = True,
-                      time_limit_s: float | None = None) -> AlltoallFlow:
+                      time_limit_s: float | None = None,
+                      demand: tuple[tuple[int, ...], ...] | None = None) -> AlltoallFlow:
     """Solve the maximum concurrent flow for the alltoall demand with GLOP and decompose it into paths.
 
     Parameters
@@ -183,6 +201,8 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
         Re-solve at the optimal λ minimizing hop-bytes (shorter, cycle-free paths).
     time_limit_s : float, optional
         Wall-clock limit for each LP solve (default: :func:`synth.limits.solver_time_limit`).
+    demand : tuple of tuples of int, optional
+        alltoallv: chunks per ordered pair (see the module notes); None is alltoall (1 per pair).
 
     Returns
     -------
@@ -207,9 +227,10 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
     n = topology.num_ranks
     graph = topology.graph
     edges = [(u, v) for u, v in graph.edges]
+    weights = _weights(n, demand)
     if not relays:
-        _check_switch_reachability(topology)
-    usable = _usable_links(topology, edges, relays)
+        _check_switch_reachability(topology, weights)
+    usable = _usable_links(topology, edges, relays, weights)
     num_variables = 1 + sum(len(c) for c in usable)
     num_constraints = len(edges) + n * graph.number_of_nodes()
     limits.check_milp(num_variables, num_constraints, f"the alltoall LP on {topology.name}",
@@ -220,7 +241,7 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
     if solver is None:  # pragma: no cover - GLOP ships with every OR-Tools build
         raise NotApplicable("OR-Tools GLOP is not available")
     solver.SetTimeLimit(int(seconds * 1000))
-    rate, flow = _concurrent_flow_lp(solver, topology, edges, usable)
+    rate, flow = _concurrent_flow_lp(solver, topology, edges, usable, weights)
     solver.Maximize(rate)
     _solve(solver, topology, "maximum concurrent flow")
     best = rate.solution_value()
@@ -234,18 +255,32 @@ def solve_alltoall_lp(topology: Topology, relays: bool = True, cleanup: bool = T
     link_flow = {edges[index]: sum(values[s].get(index, 0.0) for s in range(n)) for index in range(len(edges))}
     paths: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]] = {}
     for s in range(n):
-        paths.update(_decompose(topology, s, values[s], edges, best))
-    return AlltoallFlow(best, n * best, paths, link_flow, relays, num_variables, num_constraints,
-                        time.perf_counter() - started)
+        paths.update(_decompose(topology, s, values[s], edges, best, weights[s]))
+    factor = n if demand is None else sum(map(sum, weights))
+    return AlltoallFlow(best, factor * best, paths, link_flow, relays, num_variables, num_constraints,
+                        time.perf_counter() - started, demand)
 
 
-def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool) -> list[list[int]]:
+def _weights(n: int, demand: tuple[tuple[int, ...], ...] | None) -> list[list[int]]:
+    """The demand per ordered pair: the matrix, or 1 off the diagonal for alltoall."""
+    if demand is None:
+        return [[0 if s == d else 1 for d in range(n)] for s in range(n)]
+    if len(demand) != n or any(len(row) != n for row in demand):
+        raise NotApplicable(f"the demand is a {len(demand)}-rank matrix, the topology has {n} gpus")
+    return [list(row) for row in demand]
+
+
+def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool,
+                  weights: list[list[int]]) -> list[list[int]]:
     """Per commodity (source rank) s, the links its flow may use: those that do not enter s and (without
-    relays) do not leave another gpu unless that gpu forwards."""
+    relays) do not leave another gpu unless that gpu forwards; none for a source that sends nothing."""
     usable: list[list[int]] = []
     for s in range(topology.num_ranks):
         source = topology.gpus[s]
-        chosen = []
+        chosen: list[int] = []
+        if not any(weights[s]):
+            usable.append(chosen)
+            continue
         for index, (u, v) in enumerate(edges):
             if v == source:
                 continue
@@ -257,10 +292,11 @@ def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool
 
 
 def _concurrent_flow_lp(solver: Any, topology: Topology, edges: list[tuple[str, str]],
-                        usable: list[list[int]]) -> tuple[Any, list[dict[int, Any]]]:
+                        usable: list[list[int]], weights: list[list[int]]) -> tuple[Any, list[dict[int, Any]]]:
     """The maximum concurrent flow LP's variables and constraints: the rate λ, and per commodity s the
-    flow on each usable link; link capacities, and flow balance (the source emits (N-1)λ, every other gpu
-    absorbs λ, switches and relays conserve). Returns λ and the flow variables (commodity -> link -> var)."""
+    flow on each usable link; link capacities, and flow balance (the source emits Σ_d w[s][d]·λ, every
+    other gpu d absorbs w[s][d]·λ, switches and relays conserve). Returns λ and the flow variables
+    (commodity -> link -> var)."""
     n = topology.num_ranks
     graph = topology.graph
     rate = solver.NumVar(0.0, solver.infinity(), "lambda")
@@ -279,6 +315,8 @@ def _concurrent_flow_lp(solver: Any, topology: Topology, edges: list[tuple[str, 
         out_edges[u].append(index)
         in_edges[v].append(index)
     for s in range(n):
+        if not usable[s]:
+            continue
         source = topology.gpus[s]
         for node in graph.nodes:
             balance = solver.Constraint(0.0, 0.0)
@@ -289,9 +327,9 @@ def _concurrent_flow_lp(solver: Any, topology: Topology, edges: list[tuple[str, 
                 if index in flow[s]:
                     balance.SetCoefficient(flow[s][index], -1.0)
             if node == source:
-                balance.SetCoefficient(rate, float(n - 1))   # in - out + (N-1)λ = 0
+                balance.SetCoefficient(rate, float(sum(weights[s])))            # in - out + Σ w λ = 0
             elif node in topology.rank_of:
-                balance.SetCoefficient(rate, -1.0)           # in - out - λ = 0
+                balance.SetCoefficient(rate, -float(weights[s][topology.rank_of[node]]))  # in - out - w λ = 0
     return rate, flow
 
 
@@ -340,13 +378,13 @@ def _check(status: int, topology: Topology, what: str) -> None:
     raise SynthError(f"the alltoall LP ({what}) on {topology.name} failed (solver status {status})")
 
 
-def _check_switch_reachability(topology: Topology) -> None:
+def _check_switch_reachability(topology: Topology, weights: list[list[int]]) -> None:
     """Without relays every pair needs a route through switches and forwarding gpus; name a pair that has
     none."""
     for src in topology.ranks:
         reachable = set(neighbors(topology, src))
         for dst in topology.ranks:
-            if dst != src and dst not in reachable:
+            if dst != src and weights[src][dst] and dst not in reachable:
                 raise InfeasibleError(
                     f"alltoall on {topology.name} without gpu relays: rank {dst} ({topology.gpus[dst]}) cannot be "
                     f"reached from rank {src} ({topology.gpus[src]}) through switches and forwarding gpus only; "
@@ -354,9 +392,11 @@ def _check_switch_reachability(topology: Topology) -> None:
 
 
 def _decompose(topology: Topology, source_rank: int, values: dict[int, float], edges: list[tuple[str, str]],
-               rate: float) -> dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]]:
-    """Split one source's aggregated flow into paths to each destination (fewest hops first)."""
-    tolerance = 1e-9 * max(rate, 1e-12)
+               unit_rate: float, weights: list[int]
+               ) -> dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]]:
+    """Split one source's aggregated flow into paths to each destination (fewest hops first); a
+    destination with weight w gets w·unit_rate, one with weight 0 no entry."""
+    tolerance = 1e-9 * max(unit_rate, 1e-12)
     residual: dict[str, dict[str, float]] = {}
     for index, amount in values.items():
         if amount > tolerance:
@@ -366,9 +406,10 @@ def _decompose(topology: Topology, source_rank: int, values: dict[int, float], e
     source = topology.gpus[source_rank]
     result: dict[tuple[int, int], tuple[tuple[tuple[str, ...], float], ...]] = {}
     for dst_rank in topology.ranks:
-        if dst_rank == source_rank:
+        if dst_rank == source_rank or not weights[dst_rank]:
             continue
         target = topology.gpus[dst_rank]
+        rate = unit_rate * weights[dst_rank]
         remaining = rate
         found: dict[tuple[str, ...], float] = {}
         while remaining > 1e-7 * rate:
@@ -412,7 +453,8 @@ def _bfs_path(residual: dict[str, dict[str, float]], source: str, target: str, o
 
 
 # ------------------------------------------------------------------------------------ cut bound
-def alltoall_cut_bound(topology: Topology, flow: AlltoallFlow | None = None) -> CutBound:
+def alltoall_cut_bound(topology: Topology, flow: AlltoallFlow | None = None,
+                       demand: tuple[tuple[int, ...], ...] | None = None) -> CutBound:
     """The best alltoall cut bound over candidate gpu sets, exact (see the module notes).
 
     Parameters
@@ -420,6 +462,8 @@ def alltoall_cut_bound(topology: Topology, flow: AlltoallFlow | None = None) -> 
     topology : Topology
     flow : AlltoallFlow, optional
         An LP solution whose saturated links suggest more candidate cuts.
+    demand : tuple of tuples of int, optional
+        alltoallv: algbw <= C·B+(S) / w(S → outside) instead (see the module notes).
 
     Examples
     --------
@@ -431,13 +475,20 @@ def alltoall_cut_bound(topology: Topology, flow: AlltoallFlow | None = None) -> 
     candidates, exhaustive = _cut_candidates(topology, flow)
     cutter = _MinCut(topology)
     best: tuple[Fraction, tuple[int, ...], Fraction] | None = None
+    weights = _weights(n, demand)
+    factor = n if demand is None else sum(map(sum, weights))
     for gpus in candidates:
         k = len(gpus)
+        inside = set(gpus)
+        crossing = k * (n - k) if demand is None else sum(
+            weights[s][d] for s in gpus for d in range(n) if d not in inside)
+        if not crossing:
+            continue
         egress = cutter.egress(gpus)
-        bound = n * egress / (k * (n - k))
+        bound = Fraction(factor) * egress / crossing
         if best is None or bound < best[0]:
             best = (bound, gpus, egress)
-    assert best is not None
+    assert best is not None  # some pair has demand, so the cut around its source alone crosses it
     return CutBound(best[0], best[1], best[2], len(candidates), exhaustive)
 
 
@@ -528,8 +579,9 @@ class _MinCut:
         return Fraction(int(value), self.scale)
 
 
-def alltoall_bound(topology: Topology, relays: bool = True, time_limit_s: float | None = None) -> AlltoallBound:
-    """The alltoall LP optimum and the best cut bound beside it.
+def alltoall_bound(topology: Topology, relays: bool = True, time_limit_s: float | None = None,
+                   demand: tuple[tuple[int, ...], ...] | None = None) -> AlltoallBound:
+    """The alltoall LP optimum and the best cut bound beside it (alltoallv with a ``demand``).
 
     Examples
     --------
@@ -539,7 +591,7 @@ def alltoall_bound(topology: Topology, relays: bool = True, time_limit_s: float 
     (57.142857, Fraction(400, 7), True)
     """
     started = time.perf_counter()
-    flow = solve_alltoall_lp(topology, relays=relays, time_limit_s=time_limit_s)
-    cut = alltoall_cut_bound(topology, flow)
+    flow = solve_alltoall_lp(topology, relays=relays, time_limit_s=time_limit_s, demand=demand)
+    cut = alltoall_cut_bound(topology, flow, demand)
     return AlltoallBound(topology.name, topology.num_ranks, flow.algbw_GBps, cut, relays,
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, demand)
