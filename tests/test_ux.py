@@ -288,3 +288,23 @@ def test_bench_record_and_results_exclude_each_other():
     done = subprocess.run([sys.executable, "-m", "bench", "--record", "--results", "x"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 2 and "not allowed with" in done.stderr
+
+
+def _command_paths(node, path=()):
+    yield path
+    for name, child in sorted(getattr(node, "commands", {}).items()):
+        yield from _command_paths(child, (*path, name))
+
+
+def test_help_has_no_markup_or_type_placeholders(capsys, monkeypatch):
+    """Every command's ``--help`` reads as plain text: no reStructuredText double backticks, and flags
+    (options without a value) show no ``<bool>`` placeholder, while options that take a value keep theirs."""
+    from synth.cli import command
+
+    paths = list(_command_paths(command()))
+    assert len(paths) > 15
+    for path in paths:
+        done = run_cli([*path, "--help"], capsys, monkeypatch)
+        assert done.code == 0, (path, done.err)
+        assert "``" not in done.out and "<bool>" not in done.out, path
+    assert "<int" in run_cli(["bound", "--help"], capsys, monkeypatch).out

@@ -4,6 +4,7 @@ is the only place that turns errors into messages and exit codes (2 for anything
 from __future__ import annotations
 
 import importlib
+import re
 import signal
 import sys
 from typing import Any
@@ -57,6 +58,51 @@ def _root(
 for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
+_DOUBLE_BACKTICKS = re.compile(r"``(.+?)``", re.DOTALL)
+
+
+def plain_help(text: str | None) -> str | None:
+    """Help text as a terminal shows it: reStructuredText's ````literal```` becomes ``'literal'``.
+
+    Examples
+    --------
+    >>> plain_help("see ``synth bound`` first")
+    "see 'synth bound' first"
+    """
+    return None if text is None else _DOUBLE_BACKTICKS.sub(r"'\1'", text)
+
+
+def command() -> Any:
+    """The click command tree of ``synth`` as users see it: help texts in plain quotes, and flags (options
+    that take no value) shown without a type placeholder. ``main`` runs this tree, and the CLI reference
+    in the manual is generated from it."""
+    root: Any = typer.main.get_command(app)
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        node.help = plain_help(node.help)
+        node.short_help = plain_help(getattr(node, "short_help", None))
+        for param in getattr(node, "params", ()):
+            if hasattr(param, "help"):
+                param.help = plain_help(param.help)
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        node.get_help_option = _flag_without_type(node.get_help_option)
+        pending.extend(getattr(node, "commands", {}).values())
+    return root
+
+
+def _flag_without_type(make_help_option: Any) -> Any:
+    """click builds ``--help`` when it prints help; this shows it like the other flags."""
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    return help_option
+
 
 def main() -> None:
     """Console entry point: run the app, map user errors to one line on stderr and exit code 2.
@@ -73,7 +119,7 @@ def main() -> None:
     try:
         # no output may be a file the command read, and a command that fails writes nothing (synth.fileio)
         with input_scope(), output_transaction():
-            code = app(standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
+            code = command().main(prog_name="synth", standalone_mode=False)  # click returns (not raises) a typer.Exit code in this mode
             if code == 130 and interrupted:  # typer turns an uncaught Ctrl-C into exit code 130 before we see it
                 raise KeyboardInterrupt
             if isinstance(code, int) and code:
@@ -139,7 +185,7 @@ def _usage_error(error: Any) -> None:
 
 def _option_flags() -> dict[str, str]:
     """The options of the command this process runs: Python parameter name -> its long flag."""
-    command: Any = typer.main.get_command(app)
+    command: Any = typer.main.get_command(app)  # flags are the same in the plain tree of `command()`
     for arg in sys.argv[1:]:
         subcommands = getattr(command, "commands", None)
         if not subcommands:
