@@ -308,3 +308,16 @@ def test_help_has_no_markup_or_type_placeholders(capsys, monkeypatch):
         assert done.code == 0, (path, done.err)
         assert "``" not in done.out and "<bool>" not in done.out, path
     assert "<int" in run_cli(["bound", "--help"], capsys, monkeypatch).out
+
+
+def test_csv_times_are_seconds(capsys, monkeypatch):
+    """CSV times are numbers in one unit (seconds, said in the header), matching the table's readable times."""
+    args = ["compare", "switch:n=4", "-c", "allgather", "-a", "ring", "-s", "1K", "-s", "1G"]
+    rows = _csv(run_cli([*args, "--csv"], capsys, monkeypatch).out)
+    header, body = rows[0], rows[1:]
+    assert "time s" in header and "time" not in header
+    column = header.index("time s")
+    ring = [float(row[column]) for row in body if row[header.index("algorithm")].strip("* ") == "ring"]
+    assert len(ring) == 2 and ring[0] < 1e-3 < ring[1] < 1
+    table = run_cli(args, capsys, monkeypatch).out
+    assert f"{ring[0] * 1e6:.2f} us" in table and f"{ring[1] * 1e3:.3f} ms" in table
