@@ -321,3 +321,18 @@ def test_csv_times_are_seconds(capsys, monkeypatch):
     assert len(ring) == 2 and ring[0] < 1e-3 < ring[1] < 1
     table = run_cli(args, capsys, monkeypatch).out
     assert f"{ring[0] * 1e6:.2f} us" in table and f"{ring[1] * 1e3:.3f} ms" in table
+
+
+def test_evaluate_shows_percent_of_bound_as_compare_does(tmp_path, capsys, monkeypatch):
+    """``evaluate`` rates a schedule against the topology's bound exactly as ``compare`` rates the same one."""
+    path = str(tmp_path / "ag.json")
+    assert run_cli(["generate", "dgx-a100", "-c", "allgather", "-a", "ring", "-o", path], capsys, monkeypatch).code == 0
+    shown = _csv(run_cli(["evaluate", path, "-s", "1G", "--csv"], capsys, monkeypatch).out)
+    compared = _csv(run_cli(["compare", "dgx-a100", "-c", "allgather", "-a", "ring", "-s", "1G", "--csv"],
+                            capsys, monkeypatch).out)
+    ring = next(row for row in compared[1:] if row[compared[0].index("algorithm")].strip("* ") == "ring")
+    percent = shown[1][shown[0].index("% of bound")]
+    assert percent.endswith("%") and 0 < float(percent[:-1]) <= 100
+    assert percent == ring[compared[0].index("% of bound")]
+    as_json = json.loads(run_cli(["evaluate", path, "-s", "1G", "--json"], capsys, monkeypatch).out)
+    assert f"{as_json[0]['percent_of_bound']:.1f}%" == percent and as_json[0]["bound_label"]

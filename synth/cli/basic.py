@@ -261,7 +261,10 @@ def evaluate_command(
     as_json: bool = JSON_OPTION,
     as_csv: bool = CSV_OPTION,
 ) -> None:
-    """Evaluate a schedule: time, algbw, busbw, the congestion bound and the plan it ran under, per size."""
+    """Evaluate a schedule: time, algbw, busbw, the congestion bound, % of the topology's bound and the plan it
+    ran under, per size."""
+    from synth.collectives import Kind
+    from synth.compare import lower_bound
     from synth.evaluate import congestion, evaluate_sizes, tree_congestion
     from synth.trees import TreeSchedule
 
@@ -274,13 +277,29 @@ def evaluate_command(
         verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])
     results = evaluate_sizes(schedule, topo, sizes, model=model, options=options)
+    bound = lower_bound(topo, Kind(schedule.kind), getattr(getattr(schedule, "collective", None), "demand", None))
     if as_json:
-        print_json([r.to_dict() for r in results])
+        print_json([{**r.to_dict(), "bound_time_s": None if bound is None else bound.time(r.size),
+                     "bound_label": None if bound is None else bound.label,
+                     "percent_of_bound": None if bound is None or not 0 < r.time_s < float("inf")
+                     else 100.0 * bound.time(r.size) / r.time_s} for r in results])
         return
     report = tree_congestion(schedule, topo) if isinstance(schedule, TreeSchedule) else congestion(schedule, topo)
     rows = [[format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}",
-             fmt_time(r.congestion_time_s), r.plan.describe()] for r in results]
+             fmt_time(r.congestion_time_s), _percent_of(bound, r.size, r.time_s), r.plan.describe()] for r in results]
     console.print(table(f"{schedule.algorithm} {schedule.kind} on {topo.name} ({model} model)",
-                        ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound", "plan"], rows, {1, 2, 3, 4}))
+                        ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound", "% of bound", "plan"], rows,
+                        {1, 2, 3, 4, 5}))
     busiest = ", ".join(f"{shown(u)}->{shown(v)}" for u, v, _ in report.busiest_links[:3])
     console.print(f"busiest links: {busiest}")
+    if bound is not None:
+        console.print(f"[dim]% of bound: the topology's proven lower bound on time at that size ({bound.label}: "
+                      "links, and in-switch reduction where switches declare it) over the time; 100% = as fast "
+                      "as the fabric allows.[/dim]")
+
+
+def _percent_of(bound: Any, size: int, time_s: float) -> str:
+    """``bound``'s time at ``size`` as a percentage of ``time_s``, as the tables print it; ``-`` if unknown."""
+    if bound is None or time_s <= 0 or time_s == float("inf"):
+        return "-"
+    return f"{100.0 * bound.time(size) / time_s:.1f}%"
