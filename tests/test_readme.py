@@ -20,6 +20,7 @@ A block is left out only with a reason, on the line before its fence:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -249,3 +250,21 @@ def test_readme_figures_are_all_generated():
     assert section, "README.md has no Figures section"
     hand = [first for _, first in _tables(section) if first != "figure"]
     assert not hand, f"hand-written tables under Figures: {hand}"
+
+
+def test_a_hand_edited_figure_or_reference_is_caught(tmp_path):
+    from bench import tables
+    from synth.cli import reference
+
+    current = tables.render("startup")
+    edited = current.replace("| synth --help |", "| synth --help (edited) |", 1)
+    assert edited != current
+    page = f"# x\n\n<!-- table: startup -->\n{edited}<!-- /table -->\n"
+    assert tables.blocks(page) == [("startup", False, edited)]
+    assert tables.blocks(tables.rewrite(page)) == [("startup", False, current)]
+    record = json.loads((tables.RESULTS / "startup.json").read_text(encoding="utf-8"))
+    record["rows"][0][2] = 99.0
+    (tmp_path / "startup.json").write_text(json.dumps(record), encoding="utf-8")
+    assert tables.render("startup", results=tmp_path) != current  # a new recording changes the table
+    text = reference.splice(README.read_text(encoding="utf-8"), "| command | what it does |\n")
+    assert reference.between(text) != reference.summary()
