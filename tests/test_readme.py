@@ -122,7 +122,10 @@ def folder(tmp_path_factory) -> Path:
 
 def _env() -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "COLUMNS": "160",
+    # the venv's `synth` script imports whichever checkout the venv was installed from: PYTHONPATH makes it this one
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONPATH": path,
+            "COLUMNS": "160",
             "PYTHONHASHSEED": "0", "SYNTH_README_TEST": "1"}
 
 
