@@ -66,12 +66,11 @@ def entries() -> list[Entry]:
     >>> "bound" in names and "export mscclpp" in names
     True
     """
-    import typer
     from typer import _click as click
 
-    from synth.cli import app
+    from synth.cli import command
 
-    root = typer.main.get_command(app)
+    root = command()  # the tree `synth` runs: help texts as the terminal shows them
     found: list[Entry] = []
     _walk(root, click.Context(root, info_name="synth"), [], found)
     return found
