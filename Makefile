@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-explore lint bench bench-quick bench-record astra-check catalog-check clean
+.PHONY: run test test-explore lint bench bench-quick bench-record docs astra-check catalog-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ test-explore: $(STAMP)
 	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -n auto --dist loadfile
 
 # Benchmarks print their tables and write them to bench/results/local/ (ignored by git); bench-record
-# rewrites the recorded figures in bench/results/ that the README cites.
+# rewrites the recorded figures in bench/results/ (then `make docs` remakes the tables made from them).
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
@@ -43,6 +43,12 @@ bench-quick: $(STAMP)
 
 bench-record: $(STAMP)
 	$(BIN)/python -m bench --record
+
+# The generated parts of README.md and docs/: the CLI reference (from the commands' help, also docs/cli.md) and
+# every figure table (from bench/results/*.json). tests/test_readme.py fails until they are regenerated.
+docs: $(STAMP)
+	$(BIN)/python -m synth.cli.reference --write
+	$(BIN)/python -m bench.tables --write
 
 # Re-verify and re-simulate every schedule of the catalog at 1 GiB (half an hour; `make test` re-simulates the
 # smaller entries and checks everything else about the larger ones)

@@ -2,7 +2,8 @@
 
 Discovers every ``bench/bench_*.py`` module, calls its ``run(quick)`` (see :mod:`bench` for the protocol),
 prints each table, writes it to ``<results>/<key>.json`` and writes ``<results>/summary.md``: every table in
-Markdown with the machine and the date, ready for the README's performance section.
+Markdown with the machine and the date. The figure tables of README.md and docs/*.md are made from the JSON files
+by :mod:`bench.tables` (``python -m bench.tables --write``, or ``make docs``).
 
 Where: by default ``bench/results/local/`` (``bench/results/local/quick/`` with ``--quick``), a folder git
 ignores, so running the benchmarks never changes the repository. ``--record`` writes the figures the README

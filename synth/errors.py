@@ -143,7 +143,7 @@ def invalid(error: ValidationError, source: str, *, expected: str | None = None,
     message = str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = f"unknown field (expected {expected})" if expected else \
-            "unknown field (check the spelling; see the README for the format)"
+            "unknown field (check the spelling; see docs/topology-format.md for the format)"
     elif first["type"] == "missing":
         message = "missing required field"
     return InputError(source, field, message)

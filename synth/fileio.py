@@ -1,6 +1,6 @@
 """The one output layer: every file and folder synth writes goes through here.
 
-Rules (the README's reliability section lists them for users):
+Rules (docs/reliability.md lists them for users):
 
 - **Check first.** :func:`check_output_file` and :func:`check_output_folder` refuse, before any work starts,
   a destination that is empty or too long a name, in a folder that does not exist or cannot be written,

@@ -18,7 +18,7 @@ ops, data types, aggregate throughput in GB/s of reduced output and largest grou
 Capabilities are not part of :func:`fingerprint`: they add operations, and every point-to-point
 schedule valid on the passive fabric stays valid on the capable one. :mod:`synth.bounds` reads them.
 
-The file format (JSON or YAML) is documented in the README::
+The file format (JSON or YAML) is documented in docs/topology-format.md::
 
     {"name": "pair", "nodes": [{"id": "g0", "type": "gpu"}, {"id": "g1", "type": "gpu"}],
      "links": [{"src": "g0", "dst": "g1", "bandwidth": 25.0, "latency": 0.7}]}

@@ -45,7 +45,7 @@ class _RateColumn(ProgressColumn):
 
 def sweep(
     spec: Annotated[str, typer.Argument(help="Sweep spec (.yaml/.json): a topology builder, a grid of its "
-                                             "parameters, collectives, algorithms, sizes (format: README).")],
+                                             "parameters, collectives, algorithms, sizes (format: docs/sweeps.md).")],
     output: Annotated[str, typer.Option(
         "--output", "-o", help="Results file (Parquet). Rows already in it are kept and their points skipped.")],
     scheduler: Annotated[str | None, typer.Option(
