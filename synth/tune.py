@@ -41,7 +41,10 @@ The runtime table (``synth tune ... --out table.json``), format ``synth.tune/1``
 
 ``min_bytes`` is inclusive and ``max_bytes`` exclusive (null: no upper limit). A range boundary lies
 halfway (geometrically) between two measured sizes with different winners. ``options`` are the
-algorithm options to pass to ``synth generate`` (``-O key=value``) to rebuild the schedule.
+algorithm options to pass to ``synth generate`` (``-O key=value``) to rebuild the schedule that was
+measured: for a size-sensitive winner (one that chooses its shape per size) they include the ``size`` it
+was built for, and each measured size with its own schedule gets its own range, with the ``variant`` the
+schedule chose (``k=1, spread``).
 
 Examples
 --------
@@ -152,14 +155,21 @@ class TuneResult:
         result: list[dict[str, Any]] = []
         for index, row in enumerate(self.per_size):
             protocol = row.plan.protocol.value if row.plan else None
-            if result and result[-1]["candidate"] == row.winner and result[-1]["protocol"] == protocol:
+            chosen = by_label[row.winner]
+            options = _plain(chosen.options)
+            if _chooses_per_size(chosen):  # its schedule at this size is the one built for this size
+                options["size"] = row.size
+            if (result and result[-1]["candidate"] == row.winner and result[-1]["protocol"] == protocol
+                    and result[-1]["options"] == options):
                 continue
             low = 0 if index == 0 else boundary(self.per_size[index - 1].size, row.size)
             if result:
                 result[-1]["max_bytes"] = low
-            chosen = by_label[row.winner]
-            result.append({"min_bytes": low, "max_bytes": None, "algorithm": chosen.algorithm,
-                           "options": _plain(chosen.options), "candidate": row.winner, "protocol": protocol})
+            entry = {"min_bytes": low, "max_bytes": None, "algorithm": chosen.algorithm, "options": options,
+                     "candidate": row.winner, "protocol": protocol}
+            if row.variant:
+                entry["variant"] = row.variant
+            result.append(entry)
         return result
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +206,13 @@ def boundary(smaller: int, larger: int) -> int:
     2048
     """
     return math.isqrt(smaller * larger - 1) + 1
+
+
+def _chooses_per_size(candidate: Candidate) -> bool:
+    """Whether ``candidate``'s schedule depends on the message size it is built for (a size-sensitive
+    algorithm given no fixed ``size``): :func:`tune` builds it once per measured size."""
+    return bool(candidate.algorithm in REGISTRY and REGISTRY[candidate.algorithm].size_sensitive
+                and "size" not in candidate.options)
 
 
 def _plain(options: Mapping[str, Any]) -> dict[str, Any]:

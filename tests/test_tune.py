@@ -37,7 +37,8 @@ def test_ranking_and_ranges():
     ranges = result.ranges()
     assert ranges[0]["min_bytes"] == 0 and ranges[-1]["max_bytes"] is None
     for a, b in zip(ranges, ranges[1:], strict=False):
-        assert a["max_bytes"] == b["min_bytes"] and (a["candidate"], a["protocol"]) != (b["candidate"], b["protocol"])
+        assert a["max_bytes"] == b["min_bytes"]
+        assert (a["candidate"], a["protocol"], a["options"]) != (b["candidate"], b["protocol"], b["options"])
     # every measured size falls in the range of its winner
     for row in result.per_size:
         (hit,) = [r for r in ranges if r["min_bytes"] <= row.size and (r["max_bytes"] is None or row.size < r["max_bytes"])]
@@ -138,3 +139,24 @@ def test_registry_facts_agree_with_the_functions():
         assert algorithm.size_sensitive == ("size" in taken or "size" in chooser_options(algorithm.name)), algorithm.name
         for variant in algorithm.variants:
             assert set(variant) <= set(taken), (algorithm.name, variant)
+
+
+def test_out_file_rebuilds_the_measured_schedule_at_every_size():
+    """Each measured size's range holds the options that rebuild the schedule tune measured there: built
+    with them, the schedule runs in the time the file records (size-sensitive winners carry their ``size``)."""
+    from synth.choose import synthesize  # the selection layer: what `synth generate -O size=...` runs
+    from synth.evaluate import evaluate_sizes
+
+    topology = load_topology("dgx-a100")
+    sizes = [2**16, 2**30]
+    document = tune(topology, Kind.ALLREDUCE, sizes, algorithms=["ring", "forest", "tree"]).to_dict()
+    ranges = document["ranges"]
+    assert any("size" in r["options"] for r in ranges)
+    for row in document["sizes"]:
+        chosen = next(r for r in ranges if r["min_bytes"] <= row["size"] and
+                      (r["max_bytes"] is None or row["size"] < r["max_bytes"]))
+        assert chosen["candidate"] == row["winner"]
+        rebuilt = synthesize(topology, Kind.ALLREDUCE, chosen["algorithm"], **chosen["options"])
+        (result,) = evaluate_sizes(rebuilt, topology, [row["size"]])
+        assert result.time_s == pytest.approx(row["time_s"], rel=1e-12)
+        assert chosen.get("variant", "") == row.get("variant", "")
