@@ -721,7 +721,7 @@ def plot_compare(rows: Sequence[Any], title: str | None = None) -> Figure:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sizes if len(sizes) <= 8 else sizes[:: math.ceil(len(sizes) / 8)])
-        ax.set_xticklabels([format_size(s) for s in ax.get_xticks()], fontsize=7, rotation=30)
+        ax.set_xticklabels([format_size(int(s), sep=" ") for s in ax.get_xticks()], fontsize=7, rotation=30)
         readable = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:.3g}")
         ax.yaxis.set_major_formatter(readable)
         ax.yaxis.set_minor_formatter(readable)

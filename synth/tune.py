@@ -389,9 +389,16 @@ def plot(result: TuneResult, path: str | Path) -> None:
     if result.bound_algbw_GBps:
         axes.axhline(result.bound_algbw_GBps, color="black", linestyle="--", linewidth=1,
                      label=f"{result.bound_label} {result.bound_algbw_GBps:.1f} GB/s (large sizes)")
+    from synth.units import format_size
+
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
-    axes.set_xlabel("message size (bytes)")
+    sizes = list(result.sizes)
+    ticks = sizes if len(sizes) <= 12 else sizes[:: math.ceil(len(sizes) / 12)]
+    axes.set_xticks(ticks)
+    axes.set_xticklabels([format_size(size, sep=" ") for size in ticks], fontsize=7, rotation=30)
+    axes.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
+    axes.set_xlabel("message size")
     axes.set_ylabel("algbw (GB/s)")
     axes.set_title(f"{result.collective} on {result.topology} ({result.num_ranks} ranks, {result.model} model)")
     axes.grid(True, which="major", alpha=0.3)

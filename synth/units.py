@@ -67,12 +67,19 @@ def parse_size(text: str | int, field: str = "size") -> int:
     return value
 
 
-def format_size(size: int) -> str:
-    """Print a byte count compactly, in binary units when exact (``1GiB``), else in bytes."""
+def format_size(size: int, sep: str = "") -> str:
+    """Print a byte count compactly, in binary units when exact (``1GiB``), else in bytes; ``sep`` goes
+    between the number and the unit (``" "`` for axis labels: ``1 GiB``).
+
+    Examples
+    --------
+    >>> format_size(2**30), format_size(1536), format_size(2**20, sep=" ")
+    ('1GiB', '1536B', '1 MiB')
+    """
     for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if size >= factor and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return f"{size}B"
+            return f"{size // factor}{sep}{unit}"
+    return f"{size}{sep}B"
 
 
 #: Size-range syntax, as the CLI's help and errors show it.
