@@ -50,3 +50,28 @@ def test_superpod_with_sharp_insw_matches_or_beats_every_nccl_shape_from_4kib_to
     variants = {size: schedules[("insw", Kind.ALLREDUCE, size)].params["variant"] for size in SIZES}
     if topo.num_ranks == 32:
         assert variants[2**20].endswith("8 chunks by rail") and variants[2**32] == "share=7/8"
+
+
+def _insw_beats_nvls_tree_and_nccl(spec, sizes):
+    topo = load_topology(spec)
+    rows, _, schedules = run_all(topo, [Kind.ALLREDUCE], sizes, algorithms=["nvls_tree", "nccl", "insw"])
+    for size in sizes:
+        at = [r for r in rows if r.size == size]
+        assert _algbw(at, "insw") >= max(_algbw(at, "nvls_tree"), _algbw(at, "nccl")) * (1 - 1e-9), size
+        verify(schedules[("insw", Kind.ALLREDUCE, size)], topo)
+
+
+def test_two_dgx_h100_boxes_insw_matches_or_beats_nvls_tree_and_nccl_from_4kib_to_4gib():
+    # dgx-h100 has no IB SHARP option (no collnet); its boxes still reduce in NVLS, and nvls_tree runs
+    _insw_beats_nvls_tree_and_nccl("dgx-h100:boxes=2", SIZES)
+
+
+def test_four_dgx_h100_boxes_insw_beats_nvls_tree_and_nccl_from_16mib_to_4gib():
+    _insw_beats_nvls_tree_and_nccl("dgx-h100:boxes=4", SIZES[3:])
+
+
+@pytest.mark.xfail(strict=True, reason="without SHARP insw crosses the boxes on rail rings (2(B-1) steps for B "
+                   "boxes); on 4 boxes nvls_tree's tree between boxes is faster at 4 KiB (0.24 GB/s against 0.19), "
+                   "64 KiB and 1 MiB; open: a tree between boxes in insw")
+def test_four_dgx_h100_boxes_insw_matches_nvls_tree_below_16mib():
+    _insw_beats_nvls_tree_and_nccl("dgx-h100:boxes=4", SIZES[:3])
