@@ -166,3 +166,33 @@ def test_compare_runs_the_choice_per_size_and_reports_its_modelled_time():
         assert ours[size].time_s == schedule.params["modelled_time_s"] <= theirs[size].time_s
     assert schedules[("insw", Kind.ALLREDUCE, 2**20)].params["switch_share"] == "1"
     assert schedules[("insw", Kind.ALLREDUCE, GIB)].params["switch_share"] == "5/6"
+
+
+@pytest.mark.parametrize("chunks", [8, 16, 24])
+@pytest.mark.parametrize("share", ["1", "1/2", "0"])
+def test_an_allreduce_on_several_boxes_takes_chunks_by_rail_and_verifies(chunks, share):
+    topo = load_topology("dgx-superpod:sus=1,nodes_per_su=4,sharp=true")
+    schedule = insw(topo, Kind.ALLREDUCE, chunks=chunks, switch_share=share)
+    verify(schedule, topo)
+    per_rail = chunks // 8
+    built = Fraction(schedule.params["switch_share"])
+    assert schedule.chunks == chunks and built * per_rail == len({op.chunk for op in schedule.switch_ops
+                                                                  if "leaf" not in op.switch}) / 8
+    # every chunk stays on one rail: its in-network reduce (if any) is the leaf of rail chunk mod 8
+    for op in schedule.switch_ops:
+        if "leaf" in op.switch:
+            assert op.switch == f"su0.leaf{op.chunk % 8}"
+    with pytest.raises(InputError, match="multiple of 8 .*one rail"):
+        insw(topo, Kind.ALLREDUCE, chunks=12)
+    with pytest.raises(InputError, match="multiple of 32"):
+        insw(topo, Kind.REDUCESCATTER, chunks=8)
+
+
+def test_at_one_mib_on_the_superpod_the_choice_cuts_by_rail_and_beats_collnet():
+    topo = load_topology("dgx-superpod:sus=1,nodes_per_su=4,sharp=true")
+    chosen = synth.synthesize(topo, "allreduce", "insw", size="1MiB")
+    verify(chosen, topo)
+    collnet = construct(topo, Kind.ALLREDUCE, "collnet")
+    assert chosen.chunks == 8 and chosen.params["variant"] == "share=1, 8 chunks by rail"
+    assert evaluate(chosen, topo, 2**20).time_s < evaluate(collnet, topo, 2**20).time_s
+    assert "share=1, 16 chunks by rail" in chosen.params["size_choice"]["time_s"]

@@ -29,6 +29,9 @@ explicit options; which ``switch_share`` is fastest at a message size is chosen 
 
 The fewest chunks that give the asked share are used (``s`` and ``p`` per rank with ``s / (s + p)`` nearest
 to it; ``chunks`` fixes the total, then ``s`` is rounded); ``params["switch_share"]`` is the share built.
+An allreduce on several boxes needs no multiple of N chunks: a chunk lives on one rail, not at one rank, so
+``chunks`` may be any multiple of the box size (B or 2B chunks, as CollNet and NVLS-Tree cut the buffer,
+pay the per-chunk latency fewer times at small sizes).
 A topology where no switch reduces (or multicasts, for an allgather) is refused: without in-switch
 operations use ring or forest.
 """
@@ -148,7 +151,9 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
     """The collective with ``switch_share`` of its chunks through in-switch operations and the rest on a
     ring (see the module doc).
 
-    ``chunks``: the total C (a multiple of N; by default the fewest that give the share).
+    ``chunks``: the total C (a multiple of N; by default the fewest that give the share). An allreduce on
+    several boxes also takes a multiple of the box size B: each chunk then runs on one rail, and the share
+    is taken of each rail's chunks (CollNet's chunking: fewer, larger chunks than N per rank).
     ``fused``: an allreduce's switch chunk is one reduce op multicast by the switch (True), or NCCL's NVLS
     pair, a reduce into one rank and its multicast (False).
     ``network``: on several boxes, reduce (or multicast) between boxes in a network switch where one serves
@@ -171,8 +176,13 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
     share = parse_share(switch_share)
     n = topology.num_ranks
     levels = _levels(topology, kind, network)
-    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < n or chunks % n):
-        raise InputError("", "chunks", f"insw needs chunks to be a positive multiple of {n} (the ranks), got {chunks!r}")
+    rails = len(levels.boxes[0]) if levels.switch is None and kind == Kind.ALLREDUCE else n
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < rails
+                               or chunks % rails):
+        what = f"{n} (the ranks)" if rails == n else f"{rails} (the gpus of a box: an allreduce's chunk runs on one rail)"
+        raise InputError("", "chunks", f"insw needs chunks to be a positive multiple of {what}, got {chunks!r}")
+    if chunks is not None and chunks % n:
+        return _by_rail(topology, levels, chunks, share)
     s, p = split_counts(share, None if chunks is None else chunks // n)
     q = s + p
     coll = make_collective(topology, kind, n * q, None)
@@ -191,6 +201,25 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
 
         part = ring(topology, kind, chunks=n * p)
         merge(builder, part, lambda c: (c // p) * q + s + c % p)
+    return builder.build()
+
+
+def _by_rail(topology: Topology, levels: _Levels, chunks: int, share: Fraction) -> Schedule:
+    """An allreduce on several boxes in ``chunks`` chunks, a multiple of the box size B but not of the ranks:
+    chunk c runs on rail c mod B (ending, for a rail ring, in box (c div B) mod the boxes); of each rail's
+    chunks the first ``share`` (rounded as :func:`split_counts` does) go through the box switches."""
+    width, count = len(levels.boxes[0]), len(levels.boxes)
+    per_rail = chunks // width
+    s, p = split_counts(share, per_rail)
+    coll = make_collective(topology, Kind.ALLREDUCE, chunks, None)
+    built = Fraction(s, per_rail)
+    params: dict[str, Any] = {"chunks": chunks, "switch_share": str(built), "levels": levels.describe()}
+    if built != share:
+        params["asked_share"] = str(share)
+    builder = ScheduleBuilder(coll, topology.name, topology.gpus, "insw", params)
+    for chunk in range(chunks):
+        rail, j = chunk % width, chunk // width
+        levels.add_chunk(builder, chunk, levels.boxes[j % count][rail], True, in_switch=j < s)
     return builder.build()
 
 

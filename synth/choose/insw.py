@@ -10,7 +10,8 @@ schedule, so the choice is never slower than it), then the shares :data:`SHARES`
 the largest down, an allreduce's switch chunks both fused (one reduce op multicast by the switch) and as
 NCCL's NVLS pair (reduce, then multicast), each form's descent ending at the first share slower than the one
 before (the time is taken to be unimodal in the share), and share 0 (the ring alone); on several boxes with a network switch that reduces, the best share also
-with rings of the rail gpus between boxes instead (``network=False``); each candidate is cut
+with rings of the rail gpus between boxes instead (``network=False``), and an allreduce all in the switches
+in B and 2B chunks by rail (B the box size: CollNet's and NVLS-Tree's chunking, fewer chunks than N); each candidate is cut
 off once slower than the best so far, or skipped when its congestion time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
 are tried while faster; then the two fastest with finer slices (:data:`SLICES`, pinned in
 ``params["plan"]`` when chosen). The chosen schedule records
@@ -103,6 +104,9 @@ class _Choice:
         self.best: tuple[float, Schedule, str] | None = None
         self.tried: dict[tuple[Fraction, bool], float] = {}
         self.measured: list[tuple[float, Schedule, str]] = []
+        #: the candidates cut by rail (:func:`_by_rail`), kept apart so that they never push a share out of
+        #: :meth:`slices`
+        self.measured_by_rail: list[tuple[float, Schedule, str]] = []
         #: the slice size of the best (None: the plan rule's)
         self.slice_bytes: int | None = None
 
@@ -114,7 +118,10 @@ class _Choice:
 
         schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused, network=network)
         built = parse_share(schedule.params["switch_share"])
-        key = _key(built, schedule.params.get("fused")) + ("" if network else ", rail rings")
+        by_rail = chunks is not None and chunks % self.topology.num_ranks != 0
+        key = _key(built, schedule.params.get("fused")) + ("" if network else ", rail rings") + (
+            f", {chunks} chunks by rail" if by_rail else "")
+        network = network and not by_rail  # the share descent's record holds N-multiple chunkings only
         if key in self.search.times:
             known = self.search.times[key]
             return math.inf if known is None else known
@@ -133,7 +140,7 @@ class _Choice:
             return math.inf
         if network:
             self.tried[(built, fused)] = seconds
-        self.measured.append((seconds, schedule, key))
+        (self.measured_by_rail if by_rail else self.measured).append((seconds, schedule, key))
         if self.best is None or seconds < self.best[0]:
             self.best = (seconds, schedule, key)
         return seconds
@@ -152,10 +159,13 @@ class _Choice:
             previous = seconds
 
     def slices(self, candidates: int = SLICE_CANDIDATES) -> None:
-        """The ``candidates`` fastest schedules again with each slice size of :data:`SLICES` smaller than
-        their chunks (cut off at the best time); the fastest is kept with its slice size."""
+        """The ``candidates`` fastest schedules of the share descent, and the fastest cut by rail, again with
+        each slice size of :data:`SLICES` smaller than their chunks (cut off at the best time); the fastest
+        is kept with its slice size."""
         assert self.best is not None
-        for _, schedule, key in sorted(self.measured, key=lambda m: m[0])[:candidates]:
+        fastest = sorted(self.measured, key=lambda m: m[0])[:candidates]
+        fastest += sorted(self.measured_by_rail, key=lambda m: m[0])[:1]
+        for _, schedule, key in fastest:
             for slice_bytes in SLICES:
                 if self.size / schedule.chunks <= slice_bytes:
                     break
@@ -184,6 +194,22 @@ class _Choice:
                 self.try_share(candidate, fused, self.chunks)
             if self.best is current:
                 return
+
+
+def _by_rail(choice: _Choice) -> None:
+    """On several boxes, the whole allreduce in the switches cut as CollNet and NVLS-Tree cut it: B and 2B
+    chunks (B the box size, one rail each) instead of a multiple of N; at small sizes (1 MiB on a 32-gpu
+    SHARP superpod) fewer, larger chunks pay the per-chunk latency fewer times. Tried after the share
+    descent, so that the descent's candidates (which win at large sizes) are all measured."""
+    from synth.algorithms.ring import box_groups
+
+    boxes = box_groups(choice.topology)
+    if boxes is None or len(boxes) < 2:
+        return
+    width = len(boxes[0])
+    for chunks in (width, 2 * width):
+        if chunks % choice.topology.num_ranks:
+            choice.try_share(Fraction(1), True, chunks)
 
 
 def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunction | None = None,
@@ -217,6 +243,8 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
     if choice.best is not None and "in-network" in choice.best[1].params["levels"]:
         # between boxes, the rail rings instead of the network switch's reduction, at the best share
         choice.try_share(parse_share(choice.best[1].params["switch_share"]), True, chunks, network=False)
+    if kind == Kind.ALLREDUCE and chunks is None and not two_forms:
+        _by_rail(choice)
     choice.slices()
     best = choice.best
     assert best is not None
