@@ -4,6 +4,11 @@ slow solver runs), as synth JSON and, where the exporter exists and the schedule
 limits, as MSCCL XML; plus ``README.md`` (a table people read) and ``index.json`` (the same figures,
 exact, for tools and tests).
 
+Alltoallv has no cell: an alltoallv schedule is made for one demand and is worth nothing for another, and
+an MoE dispatch's demand changes every step, so a ready schedule for a fixed generated demand would be a
+schedule for no one's traffic (and MSCCL XML cannot carry one). ``synth demand moe`` and
+``synth generate -c alltoallv --demand FILE`` make one for a real demand (docs/alltoallv.md).
+
 Everything in the folder is a function of the code: no dates, no timings, so regenerating an unchanged
 catalog gives the same bytes.
 
@@ -167,7 +172,7 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
     topologies : list of str, optional
         Topology specs; default every shipped topology (:func:`default_specs`).
     kinds : iterable of Kind, optional
-        Collectives; default all six (broadcast and reduce from root 0).
+        Collectives; default every one but alltoallv (broadcast and reduce from root 0).
 
         With ``topologies`` or ``kinds`` only those cells are rebuilt and merged into the catalog already
         in ``out``: its other entries and files stay, each rebuilt entry takes its old place in the index
@@ -187,7 +192,7 @@ def build_catalog(out: str | Path = "schedules", topologies: Sequence[str] | Non
         raise InputError("", "jobs", f"expected a whole number of worker processes, at least 1, got {jobs!r}")
     out = Path(out)
     specs = list(topologies) if topologies is not None else default_specs()
-    # alltoallv has no ready schedule: its schedules depend on a demand
+    # alltoallv has no ready schedule: a schedule is for one demand (see the module docstring)
     kinds = list(kinds) if kinds is not None else [kind for kind in Kind if kind != Kind.ALLTOALLV]
     out_name = out_label if out_label is not None else str(out)
     for spec in specs:

@@ -518,6 +518,8 @@ def _et_metadata(schedule: Schedule | TreeSchedule, count: int, size: int, messa
         metadata["window"] = window
     if coll.root is not None:
         metadata["root"] = coll.root
+    if coll.demand is not None:  # alltoallv: the chunk-count matrix, in rank 0's file only (see encode_nodes)
+        metadata["demand"] = json.dumps([list(row) for row in coll.demand])
     if extras:
         metadata["ranks"] = list(schedule.ranks)
         metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)
@@ -644,8 +646,12 @@ def encode_rank(program: EtProgram, rank: int) -> bytes:
 
 
 def encode_nodes(metadata: Mapping[str, Any], nodes: list[EtNode], rank: int) -> bytes:
-    """The bytes of ``<prefix>.<rank>.et`` for ``rank``'s ``nodes`` under a program's ``metadata``."""
-    records = [metadata_message({**metadata, "rank": rank}).SerializeToString()]
+    """The bytes of ``<prefix>.<rank>.et`` for ``rank``'s ``nodes`` under a program's ``metadata``.
+
+    An alltoallv's ``demand`` (N x N chunk counts) is written into rank 0's file only, so a trace set holds
+    it once."""
+    own = {key: value for key, value in metadata.items() if rank == 0 or key != "demand"}
+    records = [metadata_message({**own, "rank": rank}).SerializeToString()]
     records.extend(node_message(node, rank).SerializeToString() for node in nodes)
     return et_def.encode_records(records)
 

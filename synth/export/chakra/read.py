@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from synth.astra import astra_network, astra_system, network_for, physical_network, simulate
-from synth.collectives import Collective, Kind, parse_kind
+from synth.collectives import Collective, Kind, check_demand, parse_kind
 from synth.errors import InputError, VerificationError
 from synth.export import RouteBalancer, valid_path
 from synth.export.chakra.infer import _assign_chunks, _foreign_et_params, _InferredTransfers, _MatchedTraces
@@ -119,13 +119,28 @@ def import_chakra(prefix: str | Path, topology: Topology, collective: Kind | str
     return _import_foreign(program, metadata, kind, topology, name, source)
 
 
+def _demand(metadata: dict[str, Any], kind: Kind, source: str) -> tuple[tuple[int, ...], ...] | None:
+    """An alltoallv's chunk-count matrix from rank 0's ``metadata.demand`` (JSON), None for other kinds."""
+    if kind != Kind.ALLTOALLV:
+        return None
+    text = metadata.get("demand")
+    if not isinstance(text, str):
+        raise InputError(source, "metadata.demand", "an alltoallv trace set needs its demand (the N x N matrix of "
+                         "chunk counts) in rank 0's metadata")
+    try:
+        matrix = json.loads(text)
+    except ValueError as exc:
+        raise InputError(source, "metadata.demand", f"expected a JSON matrix: {exc}") from None
+    return check_demand(matrix, source, "metadata.demand")
+
+
 def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topology: Topology, name: str,
                 source: str) -> Schedule:
     chunks = metadata.get("chunks")
     if isinstance(chunks, bool) or not isinstance(chunks, int):
         raise InputError(source, "metadata.chunks", f"expected an integer, got {chunks!r}")
     root = metadata.get("root") if kind in (Kind.BROADCAST, Kind.REDUCE) else None
-    collective = Collective(kind, program.num_ranks, chunks, root)
+    collective = Collective(kind, program.num_ranks, chunks, root, demand=_demand(metadata, kind, source))
     send_by_tid: dict[int, tuple[int, EtNode]] = {}
     recv_by_tid: dict[int, tuple[int, EtNode]] = {}
     comp_by_tid: dict[int, int] = {}

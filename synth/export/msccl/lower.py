@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from synth.errors import InputError, LimitError
+from synth.collectives import Kind
+from synth.errors import InputError, LimitError, NotApplicable
 from synth.export import without_cycle_collection
 from synth.export.msccl.locations import Lowering, lower_locations
 from synth.export.msccl.program import (
@@ -40,6 +41,13 @@ SEARCH_TRANSFERS = 5_000
 LARGE_CHANNELS = 8
 #: Longest attribute value the runtime's XML parser reads (``MAX_STR_LEN``; it copies without checking).
 MAX_ATTRIBUTE = 255
+
+ALLTOALLV_REFUSAL = (
+    "MSCCL XML cannot carry an alltoallv: its runtime cuts every buffer into chunks of one size, the call's "
+    "count / nchunksperloop, and its coll names only uniform collectives (a coll=\"custom\" program would fix "
+    "one demand's per-pair chunk counts into the XML, which the next step's ncclAllToAllv sendcounts break); "
+    "use `synth export chakra` instead (each Chakra message carries its own size)")
+"""Why :func:`lower_msccl` refuses an alltoallv schedule, and what to use instead."""
 
 
 def _channels(schedule: Schedule, channels: int, policy: str, columns: Columns | None = None) -> np.ndarray:
@@ -193,7 +201,8 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     protocol the schedule pins in ``params["plan"]`` when it pins an MSCCL one, else ``Simple``.
 
     Raises :class:`~synth.errors.LimitError` naming the limit, the excess and the fix when no channel
-    count up to ``max_channels`` fits.
+    count up to ``max_channels`` fits, and :class:`~synth.errors.NotApplicable` for an alltoallv
+    (see :data:`ALLTOALLV_REFUSAL`).
 
     Examples
     --------
@@ -204,6 +213,8 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     (16, ['r', 'rcs', 'rrcs', 'rrs', 's'])
     """
     schedule.require_point_to_point("MSCCL XML export")
+    if schedule.kind == Kind.ALLTOALLV:
+        raise NotApplicable(ALLTOALLV_REFUSAL)
     proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
     label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
     written = len(escape_attribute(label))
