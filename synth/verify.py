@@ -90,10 +90,16 @@ def verify(schedule: Schedule, topology: Topology) -> VerifyReport:
 
 
 def _check_ranks(schedule: Schedule | TreeSchedule, topology: Topology) -> None:
-    if len(schedule.ranks) != topology.num_ranks:
+    # a process group: the ranks are members, a subset of the fabric's gpus in any order (synth.groups)
+    members = set(schedule.ranks)
+    if len(schedule.ranks) != topology.num_ranks and not all(
+            g in topology.graph and topology.is_gpu(g) for g in members):
         raise VerificationError(
             f"the schedule has {len(schedule.ranks)} ranks but topology {topology.name!r} has "
             f"{topology.num_ranks} gpus")
+    if len(schedule.ranks) != schedule.collective.num_ranks:
+        raise VerificationError(f"the schedule lists {len(schedule.ranks)} ranks for a collective on "
+                                f"{schedule.collective.num_ranks}")
     if len(set(schedule.ranks)) != len(schedule.ranks):
         raise VerificationError("the schedule lists a gpu twice in 'ranks'")
     for rank, gpu in enumerate(schedule.ranks):
