@@ -10,6 +10,7 @@ from synth.cli.common import (
     CSV_OPTION,
     DEMAND_HELP,
     JSON_OPTION,
+    GROUP_HELP,
     TOPOLOGY_HELP,
     check_bound_work,
     console,
@@ -18,6 +19,7 @@ from synth.cli.common import (
     print_json,
     shown,
     table,
+    group_argument,
     topology_argument,
 )
 from synth.collectives import Kind, parse_kind
@@ -63,6 +65,7 @@ def bound(
              "topology declared no switch capabilities")] = False,
     as_json: bool = JSON_OPTION,
     as_csv: bool = CSV_OPTION,
+    group: Annotated[str | None, typer.Option("--group", "-g", help=GROUP_HELP)] = None,
 ) -> None:
     """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR (AR as RS then AG, beside the
     proven allreduce ceiling that ``compare`` rates against), the (U, k) trees it needs, and
@@ -74,7 +77,7 @@ def bound(
     from synth.algorithms.forest.plan import unbalanced_switches
     from synth.bounds import algbw_bound, limited_trees, optimal_bound
 
-    topo = topology_argument(topology)
+    topo = group_argument(topology_argument(topology), group)
     if no_switch_reduction:
         topo = topo.passive()
     kind = parse_kind(collective, field="--collective")
