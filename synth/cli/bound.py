@@ -102,6 +102,7 @@ def bound(
         data["allreduce_bound_argument"] = None if allreduce_bound is None else _binding(allreduce_bound)
         data["switch_capabilities"] = {name: caps.to_dict() for name, caps in topo.capabilities.items()}
         data["broadcast_algbw_GBps_root0"] = broadcast
+        data["group"] = list(topo.gpus) if group is not None else None  # the members, in rank order
         data["unbalanced_switches"] = [{"switch": name, "ingress_GBps": str(inward), "egress_GBps": str(outward)}
                                        for name, inward, outward in unbalanced_switches(topo)]
         if limited is not None:
