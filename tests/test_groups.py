@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import assert_refused, run_cli
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from helpers import assert_refused, run_cli
 
 from synth.algorithms import synthesize
 from synth.bounds import optimal_bound, time_bound

@@ -9,17 +9,17 @@ import typer
 from synth.cli.common import (
     CSV_OPTION,
     DEMAND_HELP,
-    JSON_OPTION,
     GROUP_HELP,
+    JSON_OPTION,
     TOPOLOGY_HELP,
     check_bound_work,
     console,
     demand_argument,
     fmt_time,
+    group_argument,
     print_json,
     shown,
     table,
-    group_argument,
     topology_argument,
 )
 from synth.collectives import Kind, parse_kind
@@ -78,8 +78,7 @@ def bound(
     from synth.bounds import algbw_bound, limited_trees, optimal_bound
 
     topo = group_argument(topology_argument(topology), group)
-    if no_switch_reduction:
-        topo = topo.passive()
+    topo = topo.passive() if no_switch_reduction else topo
     kind = parse_kind(collective, field="--collective")
     chunked = demand_argument(demand, kind, topo, chunks)
     if kind == Kind.ALLTOALLV:

@@ -77,14 +77,21 @@ class ChakraExport:
                          for s in self.sets]}
 
 
-def process_group(topology: Topology) -> list[int] | None:
+def process_group(topology: Topology, notes: list[str] | None = None) -> list[int] | None:
     """The fabric ranks of a process group's members (``topology`` a :func:`synth.groups.group_view`), or
-    None for a collective on every gpu."""
+    None for a collective on every gpu; for a group, what NOTE.txt says of it is appended to ``notes``."""
     full = fabric_gpus(topology)
     if full == topology.gpus:
         return None
     index = {gpu: rank for rank, gpu in enumerate(full)}
-    return [index[gpu] for gpu in topology.gpus]
+    group = [index[gpu] for gpu in topology.gpus]
+    if notes is not None:
+        notes.append(f"The collective runs on a process group of {len(group)} of the fabric's {len(full)} gpus: "
+                     f"trace rank i is group member i; the workload's COLL nodes carry pg_name {GROUP_NAME!r} and "
+                     f"{COMM_GROUP_FILE} maps it to the members' fabric ranks {group} (the form of ASTRA-sim's "
+                     "--comm-group-configuration). A run of the grouped traces in ASTRA-sim itself has not been "
+                     "checked.")
+    return group
 
 
 def default_name(schedule: Schedule | TreeSchedule) -> str:
@@ -146,13 +153,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
         window = None  # every slice of a transfer is in flight at once anyway
     kind = schedule.kind
     system, warnings, notes = _system_and_notes(topology, kind)
-    group = process_group(topology)
-    if group is not None:
-        notes.append(f"The collective runs on a process group of {len(group)} of the fabric's "
-                     f"{len(fabric_gpus(topology))} gpus: trace rank i is group member i; the workload's COLL nodes "
-                     f"carry pg_name {GROUP_NAME!r} and {COMM_GROUP_FILE} maps it to the members' fabric ranks "
-                     f"{group} (ASTRA-sim's --comm-group-configuration). A run of the grouped traces in ASTRA-sim "
-                     "itself has not been checked.")
+    group = process_group(topology, notes)
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
     if isinstance(schedule, TreeSchedule):
