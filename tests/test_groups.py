@@ -139,3 +139,9 @@ def test_done_when_tp_and_dp_allreduce_on_four_h100_boxes(cli, tmp_path: Path, g
 def test_the_cli_refuses_a_bad_group_in_one_line(cli, command: str) -> None:  # noqa: ANN001
     args = [command, H100X4, "-c", "allreduce", "--group", "b0.gpu0,b0.gpu0"]
     assert_refused(cli(*args), "--group", "named twice")
+
+
+def test_mcf_refuses_a_group_whose_lp_would_relay_through_non_members() -> None:
+    topo = load_topology(H100X4)
+    with pytest.raises(NotApplicable, match="outside the group"):
+        synthesize(group_view(topo, parse_group(topo, "dp=4")), Kind.ALLTOALL, "mcf")
