@@ -81,8 +81,9 @@ def _routes(topology: Topology, source: str, via_gpus: bool) -> dict[str, tuple[
                 queue.append(nxt)
             elif known[0] == candidate[0] and candidate[1] > known[1]:
                 best[nxt] = candidate
+    ranks = topology.rank_of  # a process group's view: only members are ends (synth.groups)
     table = cache.tables[key] = {node: entry[2] for node, entry in best.items()
-                                 if node != source and nodes[node]["type"] == "gpu"}
+                                 if node != source and node in ranks}
     return table
 
 

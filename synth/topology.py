@@ -595,8 +595,9 @@ class Topology:
 
     @cached_property
     def non_forwarding_gpus(self) -> frozenset[str]:
-        """The gpus that do not forward: a path may end at them but never cross them."""
-        return frozenset(g for g in self.gpus if not self.graph.nodes[g]["forwards"])
+        """The gpus that do not forward: a path may end at them but never cross them (every gpu node of
+        the graph, the ranks and, in a process group's view, the non-members)."""
+        return frozenset(n for n, data in self.graph.nodes(data=True) if data["type"] == GPU and not data["forwards"])
 
     def has_link(self, src: str, dst: str) -> bool:
         """True when a directed link ``src -> dst`` exists."""

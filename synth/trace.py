@@ -656,13 +656,17 @@ def encode_nodes(metadata: Mapping[str, Any], nodes: list[EtNode], rank: int) ->
     return et_def.encode_records(records)
 
 
-def workload_bytes(kind: Kind, size: int, rank: int, dims: int = 1, comm_type: CollectiveCommType | None = None) -> bytes:
-    """A workload trace for one rank: metadata and one COMM_COLL_NODE calling the collective."""
+def workload_bytes(kind: Kind, size: int, rank: int, dims: int = 1, comm_type: CollectiveCommType | None = None,
+                   pg_name: str | None = None) -> bytes:
+    """A workload trace for one rank: metadata and one COMM_COLL_NODE calling the collective; on a
+    process group the node carries Chakra's ``pg_name`` (the communicator group's name)."""
     node = et_def.Node(id=0, name=f"{kind.value}_{size}B", type=int(NodeType.COMM_COLL_NODE))
     _set_attr(node, "is_cpu_op", False, "bool")
     _set_attr(node, "comm_type", int(COMM_TYPE[kind] if comm_type is None else comm_type), "int64")
     _set_attr(node, "comm_size", size, "int64")
     _set_attr(node, "involved_dim", [True] * dims, "bool_list")
+    if pg_name is not None:
+        _set_attr(node, "pg_name", pg_name, "string")
     meta = metadata_message({"producer": "synth", "rank": rank})
     return et_def.encode_records([meta.SerializeToString(), node.SerializeToString()])
 

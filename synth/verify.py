@@ -17,7 +17,8 @@ or nothing. It rejects, naming the transfer and the reason:
   reads, with no order between them (so the outcome would depend on timing);
 - a reduce that would count a contribution twice, or a reduce in a collective that reduces nothing;
 - a postcondition (on the data cells) not met at the end;
-- ranks, chunks or deps out of range, and a rank list that does not match the topology's gpus;
+- ranks, chunks or deps out of range, and a rank list that is not distinct gpus of the topology (every gpu,
+  or a process group's members: :mod:`synth.groups`; the conditions then hold over the members only);
 - in-switch operations (``switch_ops``, see :mod:`synth.schedule`) that the fabric or the collective does
   not allow: an op on a node that is not a switch, or on a switch whose ``capabilities`` lack it (a
   reduce needs ``reduction``; a multicast, or a reduce with more than one output, needs ``multicast``);
@@ -90,10 +91,16 @@ def verify(schedule: Schedule, topology: Topology) -> VerifyReport:
 
 
 def _check_ranks(schedule: Schedule | TreeSchedule, topology: Topology) -> None:
-    if len(schedule.ranks) != topology.num_ranks:
+    # a process group: the ranks are members, a subset of the fabric's gpus in any order (synth.groups)
+    members = set(schedule.ranks)
+    if len(schedule.ranks) != topology.num_ranks and not all(
+            g in topology.graph and topology.is_gpu(g) for g in members):
         raise VerificationError(
             f"the schedule has {len(schedule.ranks)} ranks but topology {topology.name!r} has "
             f"{topology.num_ranks} gpus")
+    if len(schedule.ranks) != schedule.collective.num_ranks:
+        raise VerificationError(f"the schedule lists {len(schedule.ranks)} ranks for a collective on "
+                                f"{schedule.collective.num_ranks}")
     if len(set(schedule.ranks)) != len(schedule.ranks):
         raise VerificationError("the schedule lists a gpu twice in 'ranks'")
     for rank, gpu in enumerate(schedule.ranks):

@@ -207,8 +207,14 @@ def test_postcondition_partial_reduction(ring4):
 
 
 def test_wrong_rank_count(ring4, allgather):
-    other = load_topology("ring:n=8")
-    rejected(allgather, other, None, f"the schedule has 4 ranks but topology {other.name!r} has 8 gpus")
+    other = load_topology("switch:n=8")  # no gpu named like ring:n=4's: not a group of it either
+    renamed = dataclasses.replace(allgather, ranks=("a", "b", "c", "d"))
+    rejected(renamed, other, None, f"the schedule has 4 ranks but topology {other.name!r} has 8 gpus")
+
+
+def test_fewer_ranks_are_a_process_group_judged_on_the_fabric(ring4, allgather):
+    # 4 of ring:n=8's gpus are a group (synth.groups): gpu3 -> gpu0 is no link of the bigger ring
+    rejected(allgather, load_topology("ring:n=8"), 5, "path hop gpu3 -> gpu0 is not a link")
 
 
 def test_rank_that_is_not_a_gpu():

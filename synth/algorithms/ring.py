@@ -180,14 +180,14 @@ def _rail_layout(topology: Topology) -> RailLayout | None:
         boxes = set()
         for node in component:
             for other in (*graph.predecessors(node), *graph.successors(node)):
-                if topology.is_gpu(other):
+                if other in topology.rank_of:  # members (a group view keeps other gpus)
                     boxes.add(box_of[topology.rank_of[other]])
         for node in component:
             touches[node] = frozenset(boxes)
 
     def own_boxes(node: str) -> set[int]:
         return {box_of[topology.rank_of[g]] for g in (*graph.predecessors(node), *graph.successors(node))
-                if topology.is_gpu(g)}
+                if g in topology.rank_of}
 
     structure: list[tuple[tuple[int, ...], ...]] = []
     for index, members in enumerate(groups):
@@ -195,10 +195,10 @@ def _rail_layout(topology: Topology) -> RailLayout | None:
         for local, rank in enumerate(members):
             gpu = topology.gpus[rank]
             for nxt in graph.successors(gpu):
-                if topology.is_gpu(nxt):
+                if nxt in topology.rank_of:
                     if box_of[topology.rank_of[nxt]] != index:
                         nics.setdefault(("link", gpu, nxt), []).append(local)
-                elif touches[nxt] - {index}:
+                elif touches.get(nxt, frozenset()) - {index}:
                     key: object = nxt if own_boxes(nxt) == {index} else ("link", gpu, nxt)
                     nics.setdefault(key, []).append(local)
         box_nics = tuple(sorted(tuple(sorted(set(locals_))) for locals_ in nics.values()))
@@ -375,7 +375,7 @@ def _multiplicity(topology: Topology) -> dict[frozenset[int], int]:
     graph = topology.graph
     width: dict[frozenset[int], float] = {}
     for u, v, bandwidth in graph.edges(data="bandwidth"):
-        if topology.is_gpu(u) and topology.is_gpu(v) and graph.has_edge(v, u):
+        if u in topology.rank_of and v in topology.rank_of and graph.has_edge(v, u):  # members only
             pair = frozenset((topology.rank_of[u], topology.rank_of[v]))
             width[pair] = min(float(bandwidth), float(graph[v][u]["bandwidth"]))
     if not width:

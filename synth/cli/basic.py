@@ -10,6 +10,7 @@ import typer
 from synth.cli.common import (
     CSV_OPTION,
     DEMAND_HELP,
+    GROUP_HELP,
     JSON_OPTION,
     PROTOCOL_OPTION,
     SIZE_HELP,
@@ -21,6 +22,7 @@ from synth.cli.common import (
     console,
     demand_argument,
     fmt_time,
+    group_argument,
     load_stored_schedule,
     output_file,
     parse_options,
@@ -105,13 +107,14 @@ def generate(
     demand: Annotated[str | None, typer.Option("--demand", help=DEMAND_HELP)] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
     compact: Annotated[bool, typer.Option("--compact", help="write the trees form (forest only): the trees and their chunks, no transfer records; for schedules past a few million transfers")] = False,
+    group: Annotated[str | None, typer.Option("--group", "-g", help=GROUP_HELP)] = None,
 ) -> None:
     """Synthesize a schedule, verify it, and write it as synth JSON."""
     from synth.choose import synthesize
     from synth.verify import verify
 
     output_file(output, inputs=[topology] + ([demand] if demand else []))
-    topo = topology_argument(topology)
+    topo = group_argument(topology_argument(topology), group)
     kind = parse_kind(collective, field="--collective")
     options = parse_options(option)
     if chunks is not None:

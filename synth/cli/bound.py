@@ -9,12 +9,14 @@ import typer
 from synth.cli.common import (
     CSV_OPTION,
     DEMAND_HELP,
+    GROUP_HELP,
     JSON_OPTION,
     TOPOLOGY_HELP,
     check_bound_work,
     console,
     demand_argument,
     fmt_time,
+    group_argument,
     print_json,
     shown,
     table,
@@ -63,6 +65,7 @@ def bound(
              "topology declared no switch capabilities")] = False,
     as_json: bool = JSON_OPTION,
     as_csv: bool = CSV_OPTION,
+    group: Annotated[str | None, typer.Option("--group", "-g", help=GROUP_HELP)] = None,
 ) -> None:
     """Exact optimal allgather time per byte, optimal algbw for AG/RS/AR (AR as RS then AG, beside the
     proven allreduce ceiling that ``compare`` rates against), the (U, k) trees it needs, and
@@ -74,9 +77,8 @@ def bound(
     from synth.algorithms.forest.plan import unbalanced_switches
     from synth.bounds import algbw_bound, limited_trees, optimal_bound
 
-    topo = topology_argument(topology)
-    if no_switch_reduction:
-        topo = topo.passive()
+    topo = group_argument(topology_argument(topology), group)
+    topo = topo.passive() if no_switch_reduction else topo
     kind = parse_kind(collective, field="--collective")
     chunked = demand_argument(demand, kind, topo, chunks)
     if kind == Kind.ALLTOALLV:
@@ -99,6 +101,7 @@ def bound(
         data["allreduce_bound_argument"] = None if allreduce_bound is None else _binding(allreduce_bound)
         data["switch_capabilities"] = {name: caps.to_dict() for name, caps in topo.capabilities.items()}
         data["broadcast_algbw_GBps_root0"] = broadcast
+        data["group"] = list(topo.gpus) if group is not None else None  # the members, in rank order
         data["unbalanced_switches"] = [{"switch": name, "ingress_GBps": str(inward), "egress_GBps": str(outward)}
                                        for name, inward, outward in unbalanced_switches(topo)]
         if limited is not None:

@@ -56,6 +56,8 @@ def _csv_flag(value: bool) -> bool:
 CSV_OPTION = typer.Option(False, "--csv", callback=_csv_flag,
                           help="Print the table as CSV (a header line, then one line per row) on stdout; "
                                "notes and messages go to stderr.")
+GROUP_HELP = ("process group: the member gpus (b0.gpu0,b1.gpu0,...) or a layout tp=K (consecutive groups of K) or "
+              "dp=K (K gpus strided by N/K), :I for the I-th group (default all gpus; see docs/process-groups.md)")
 TOPOLOGY_HELP = "A topology file (.json/.yaml) or library name such as dgx-a100:boxes=2 (see `synth topologies`)."
 
 
@@ -206,11 +208,32 @@ def load_stored_schedule(path: str) -> Schedule | TreeSchedule:
     return read_schedule(path)
 
 
+def group_argument(topology: Topology, group: str | None) -> Topology:
+    """The view of ``topology`` for the process group a ``--group`` value names (``topology`` for None);
+    see :mod:`synth.groups`."""
+    from synth.groups import group_view, parse_group
+
+    return topology if group is None else group_view(topology, parse_group(topology, group))
+
+
+def schedule_group(schedule: Schedule | TreeSchedule, topology: Topology, path: str) -> Topology:
+    """``topology`` viewed as the schedule's process group when its ranks are some of its gpus
+    (``topology`` itself when they are every gpu, in any order)."""
+    from synth.groups import check_group, group_view
+
+    ranks = tuple(schedule.ranks)
+    members, gpus = set(ranks), set(topology.gpus)
+    if members == gpus or not members <= gpus:
+        return topology  # every gpu (in any order), or a rank the verifier names as not a gpu of it
+    return group_view(topology, check_group(topology, ranks, path, "ranks"))
+
+
 def check_made_for(schedule: Schedule | TreeSchedule, topology: Topology, path: str, where: str) -> Topology:
     """``topology`` if the schedule was made for it (same fingerprint, when the schedule records one);
     otherwise refuse, naming where the topology came from."""
     from synth.topology import fingerprint
 
+    topology = schedule_group(schedule, topology, path)
     expected = schedule.topology_sha256
     if expected is not None:
         found = fingerprint(topology)
@@ -249,6 +272,7 @@ def schedule_topology(schedule: Schedule | TreeSchedule, spec: str | None, path:
     except InputError:
         raise InputError(path, "topology", f"{missing}the schedule names topology {schedule.topology!r}, which is not "
                          "in the library; pass --topology FILE") from None
+    topology = schedule_group(schedule, topology, path)
     if expected is not None and fingerprint(topology) != expected:
         raise InputError(path, "topology", f"{missing}the library's {schedule.topology!r} is not the topology the "
                          "schedule was made for (a different fingerprint); pass --topology FILE")

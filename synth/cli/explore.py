@@ -12,6 +12,7 @@ import typer
 from synth.cli.common import (
     CSV_OPTION,
     DEMAND_HELP,
+    GROUP_HELP,
     JSON_OPTION,
     PROTOCOL_OPTION,
     QUIET_OPTION,
@@ -30,6 +31,7 @@ from synth.cli.common import (
     detail,
     err_console,
     fmt_time,
+    group_argument,
     load_schedule,
     note,
     output_file,
@@ -105,6 +107,7 @@ def compare(
     as_csv: bool = CSV_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
+    group: Annotated[str | None, typer.Option("--group", "-g", help=GROUP_HELP)] = None,
 ) -> None:
     """Run every applicable algorithm, verify each schedule, and print one table: time, algbw, busbw,
     % of the topology's lower bound on time, the speedup over the baseline (``nccl``: what NCCL would
@@ -123,7 +126,7 @@ def compare(
 
     command_verbosity(quiet, verbose)
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
-    topo = topology_argument(topology)
+    topo = group_argument(topology_argument(topology), group)
     check_bound_work(topo, "compare (the bounds and the tree packing)")
     kinds, chunked, default_sizes = _compare_demand(collective, demand, topo)
     sizes = sorted(set(sizes_argument(size, default_sizes)))

@@ -94,13 +94,18 @@ class Network:
     @classmethod
     def from_topology(cls, topology: Topology, reverse: bool = False) -> Network:
         """The topology's network (every link reversed when ``reverse``)."""
-        names = list(topology.gpus) + list(topology.switches)
+        members = set(topology.gpus)  # a process group's view: other gpus relay only where they forward
+        others = [n for n in topology.graph.nodes if topology.is_gpu(n) and n not in members
+                  and topology.forwards(n)]
+        names = list(topology.gpus) + list(topology.switches) + others
         index = {name: i for i, name in enumerate(names)}
         tails: list[int] = []
         heads: list[int] = []
         bandwidth: list[Fraction] = []
         exact: dict[float, Fraction] = {}  # one Fraction per distinct bandwidth (as Topology.exact_bandwidth)
         for src, dst, value in topology.graph.edges(data="bandwidth"):
+            if src not in index or dst not in index:
+                continue
             a, b = (index[dst], index[src]) if reverse else (index[src], index[dst])
             tails.append(a)
             heads.append(b)

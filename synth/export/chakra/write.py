@@ -13,6 +13,7 @@ from synth.astra import AstraSystem, astra_system, check_message_size
 from synth.collectives import Kind
 from synth.errors import InputError, SynthError
 from synth.fileio import atomic_directory
+from synth.groups import fabric_gpus
 from synth.proto.et_def import CollectiveCommType
 from synth.schedule import Schedule
 from synth.topology import Topology
@@ -27,6 +28,9 @@ CUSTOM_SLOT = {
     Kind.ALLTOALL: "all-to-all-implementation-custom",
 }
 WORKLOAD_PREFIX = "workload"
+#: A process group's name in the workload's COLL nodes (Chakra's ``pg_name``) and its members' file.
+GROUP_NAME = "0"
+COMM_GROUP_FILE = "comm_group.json"
 #: Files every export folder holds: a folder with them is an earlier export, which a new export replaces whole.
 SIGNATURE = ("run_astrasim.sh", "NOTE.txt")
 REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
@@ -71,6 +75,23 @@ class ChakraExport:
                           "order_nodes": s.order_nodes, "predicted_ns": s.predicted_ns,
                           "predicted_finish_ns": s.predicted_finish_ns, "dropped_deps": s.dropped_deps}
                          for s in self.sets]}
+
+
+def process_group(topology: Topology, notes: list[str] | None = None) -> list[int] | None:
+    """The fabric ranks of a process group's members (``topology`` a :func:`synth.groups.group_view`), or
+    None for a collective on every gpu; for a group, what NOTE.txt says of it is appended to ``notes``."""
+    full = fabric_gpus(topology)
+    if full == topology.gpus:
+        return None
+    index = {gpu: rank for rank, gpu in enumerate(full)}
+    group = [index[gpu] for gpu in topology.gpus]
+    if notes is not None:
+        notes.append(f"The collective runs on a process group of {len(group)} of the fabric's {len(full)} gpus: "
+                     f"trace rank i is group member i; the workload's COLL nodes carry pg_name {GROUP_NAME!r} and "
+                     f"{COMM_GROUP_FILE} maps it to the members' fabric ranks {group} (the form of ASTRA-sim's "
+                     "--comm-group-configuration). A run of the grouped traces in ASTRA-sim itself has not been "
+                     "checked.")
+    return group
 
 
 def default_name(schedule: Schedule | TreeSchedule) -> str:
@@ -132,6 +153,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
         window = None  # every slice of a transfer is in flight at once anyway
     kind = schedule.kind
     system, warnings, notes = _system_and_notes(topology, kind)
+    group = process_group(topology, notes)
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
     if isinstance(schedule, TreeSchedule):
@@ -154,7 +176,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             folder.mkdir(exist_ok=True)
             for rank in range(topology.num_ranks):
                 (folder / f"{WORKLOAD_PREFIX}.{rank}.et").write_bytes(
-                    workload_bytes(kind, size, rank, dims, comm_type))
+                    workload_bytes(kind, size, rank, dims, comm_type, None if group is None else GROUP_NAME))
             (folder / "system.json").write_text(system_json(kind, name), encoding="utf-8")
             if isinstance(schedule, TreeSchedule):
                 counts = _write_streamed(schedule, size, folder, name, comp_duration_us, tag_base, slices, window)
@@ -173,6 +195,8 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             sets.append(EtSet(size, sub or ".", name, program.counts(), max(finish) if finish else None,
                               program.dropped_deps, finish, program.order_nodes))
         (temp / "remote_memory.json").write_text(json.dumps(REMOTE_MEMORY) + "\n", encoding="utf-8")
+        if group is not None:
+            (temp / COMM_GROUP_FILE).write_text(json.dumps({GROUP_NAME: group}) + "\n", encoding="utf-8")
         if system is not None:
             (temp / "network.yml").write_text(system.yaml(), encoding="utf-8")
         script, command = run_script(sets, system, several)
