@@ -53,7 +53,7 @@ Examples
 >>> [row.winner for row in result.per_size]
 ['tree[shape=binomial]', 'ring']
 >>> [(r["min_bytes"], r["max_bytes"], r["algorithm"], r["options"]) for r in result.ranges()]
-[(0, 1048576, 'tree', {'shape': 'binomial'}), (1048576, None, 'ring', {})]
+[(0, 1048576, 'tree', {'shape': 'binomial', 'size': 1024}), (1048576, None, 'ring', {})]
 >>> [row.speedup_vs_baseline >= 1 for row in result.per_size]
 [True, True]
 """
