@@ -8,6 +8,7 @@ from typing import Any
 
 from synth.errors import InputError
 from synth.graphs import smallest_first_order
+from synth.library.achievable import achievable, split_suffix
 from synth.library.registry import LIBRARY, build
 from synth.topology import Topology
 
@@ -46,6 +47,9 @@ def load_topology(spec: str | Path) -> Topology:
     """
     if isinstance(spec, Topology):
         return spec
+    base, at_achievable = split_suffix(str(spec))
+    if at_achievable:
+        return achievable(load_topology(base))
     text = str(spec)
     if not text.strip() or "\0" in text:
         raise InputError(repr(text), "topology", "expected a topology file or library name")
@@ -82,6 +86,9 @@ def library_topology(name: str) -> Topology:
     >>> library_topology("ring:n=4").num_ranks
     4
     """
+    base, at_achievable = split_suffix(str(name))
+    if at_achievable:
+        return achievable(library_topology(base))
     text = str(name)
     stem = Path(text).name
     if ":" not in text and "/" not in text and text not in LIBRARY and stem and _exists(TOPOLOGY_DIR / f"{stem}.json"):

@@ -232,7 +232,7 @@ def dgx_a100(boxes: int = 1, nic_bandwidth: float = 25.0) -> Topology:
 
 @entry("dgx-h100", "NVIDIA DGX H100: 8 H100 on NVSwitch (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized",
        shipped=True)
-def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
+def dgx_h100(boxes: int = 1, nvls: bool = True, nic_bandwidth: float = NDR_GBPS) -> Topology:
     """NVIDIA DGX H100: 8 H100 per box on NVSwitch gen3 (one node ``nvs``), rail-optimized scale-out.
 
     Sources: 18 NVLink4 per gpu = 450 GB/s per gpu (NVIDIA DGX H100 documentation), 0.7 µs per
@@ -244,7 +244,8 @@ def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
     ``nvls`` (on, as the hardware is sold): each box's NVSwitch node reduces and multicasts (NVLink
     SHARP: NVIDIA's third-generation NVSwitch technical blog; PTX ISA ``multimem`` instructions), with
     the aggregate reduction throughput :data:`H100_NVLS_GBPS` derived there from NCCL's measured NVLS
-    allreduce. ``nvls=false`` gives the passive fabric.
+    allreduce. ``nvls=false`` gives the passive fabric. ``nic_bandwidth`` (GB/s, default 50) sets each
+    NIC's rate, e.g. 25 for the 200 Gb/s NICs of some clouds.
 
     Examples
     --------
@@ -254,7 +255,7 @@ def dgx_h100(boxes: int = 1, nvls: bool = True) -> Topology:
     >>> t.reduction("b0.nvs").throughput, dgx_h100(nvls=False).capabilities
     (334.5, {})
     """
-    return _hopper_system("dgx-h100", "H100", boxes, nvls)
+    return _hopper_system("dgx-h100", "H100", boxes, nvls, nic_bandwidth)
 
 
 @entry("dgx-h200", "NVIDIA DGX H200: 8 H200 on NVSwitch gen3 (450 GB/s, NVLS); 50 GB/s NIC per gpu, rail-optimized")
@@ -274,16 +275,18 @@ def dgx_h200(boxes: int = 1, nvls: bool = True) -> Topology:
     return _hopper_system("dgx-h200", "H200", boxes, nvls)
 
 
-def _hopper_system(name: str, gpu: str, boxes: int, nvls: bool) -> Topology:
+def _hopper_system(name: str, gpu: str, boxes: int, nvls: bool, nic_bandwidth: float = NDR_GBPS) -> Topology:
     """The DGX H100/H200 fabric: 8 gpus per box on one NVSwitch node (450 GB/s per gpu, NVLS when ``nvls``),
-    one 50 GB/s NIC per gpu, NIC i of every box on rail switch i."""
+    one NIC per gpu (``nic_bandwidth``), NIC i of every box on rail switch i."""
     boxes = box_count(boxes)
-    gpus, switches, links = _switch_box_system(boxes, 8, 450.0, NDR_GBPS, lambda i: f"rail{i}")
+    nic_bandwidth = bandwidth_value(nic_bandwidth, "nic_bandwidth")
+    gpus, switches, links = _switch_box_system(boxes, 8, 450.0, nic_bandwidth, lambda i: f"rail{i}")
     nvswitches = [boxed(boxes, box, "nvs") for box in range(boxes)]
     return Topology.build(
         name, gpus, switches, links, boxes=[r // 8 for r in range(len(gpus))] if boxes > 1 else None,
         description=f"NVIDIA DGX {gpu}, {boxes} box(es): 8 {gpu} per box on one NVSwitch node, 450 GB/s per gpu"
-                    + ("; one 50 GB/s NIC per gpu, NIC i of every box on rail switch i" if boxes > 1 else ""),
+                    + (f"; one {nic_bandwidth:g} GB/s NIC per gpu, NIC i of every box on rail switch i"
+                       if boxes > 1 else ""),
         capabilities=dict.fromkeys(nvswitches, nvls_capabilities(H100_NVLS_GBPS)) if _flag(nvls, "nvls") else None)
 
 

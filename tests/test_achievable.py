@@ -1,0 +1,69 @@
+"""Achievable link rates (``SPEC@achievable``): link classes, scaling, and the suffix through files and commands."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synth import Kind, load_topology, synthesize, verify
+from synth.evaluate import evaluate
+from synth.library import library_topology
+from synth.library.achievable import ACHIEVABLE, SCALE_OUT, SCALE_UP, achievable, link_classes, split_suffix
+from synth.schedule import Schedule
+
+
+def test_link_classes_of_a_two_box_dgx():
+    topology = load_topology("dgx-h100:boxes=2")
+    classes = link_classes(topology)
+    assert classes[("b0.gpu0", "b0.nvs")] == SCALE_UP
+    assert classes[("b1.nvs", "b1.gpu7")] == SCALE_UP
+    assert classes[("b0.gpu0", "b0.nic0")] == SCALE_OUT
+    assert classes[("rail3", "b1.nic3")] == SCALE_OUT
+
+
+def test_every_link_is_scaled_by_its_class():
+    line = load_topology("mi300x:boxes=2")
+    scaled = load_topology("mi300x:boxes=2@achievable")
+    classes = link_classes(line)
+    assert scaled.name == "mi300x:boxes=2@achievable"
+    for link in line.links():
+        expected = float(Fraction(str(link.bandwidth)) * ACHIEVABLE[classes[(link.src, link.dst)]])
+        assert scaled.bandwidth(link.src, link.dst) == pytest.approx(expected, rel=1e-12)
+        assert scaled.latency(link.src, link.dst) == link.latency
+    assert achievable(scaled) is scaled
+    assert scaled.capabilities == line.capabilities
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 9), fraction=st.fractions(Fraction(1, 10), Fraction(1)))
+def test_a_ring_at_a_fraction_of_line_rate_takes_longer_by_that_fraction(n, fraction):
+    """Bandwidth-bound (ideal protocol, no latency): time scales by exactly 1 / fraction."""
+    line = load_topology(f"ring:n={n}")
+    scaled = achievable(line, {SCALE_UP: fraction, SCALE_OUT: fraction})
+    schedule = synthesize(line, Kind.ALLGATHER, "ring")
+    size = n * 2**20
+    slow = evaluate(schedule, scaled, size, protocol="ideal").congestion_time_s
+    fast = evaluate(schedule, line, size, protocol="ideal").congestion_time_s
+    assert slow == pytest.approx(fast / float(fraction), rel=1e-9)
+
+
+def test_the_suffix_survives_a_schedule_file(tmp_path):
+    topology = load_topology("dgx-a100:boxes=2@achievable")
+    schedule = synthesize(topology, Kind.ALLREDUCE, "nccl", size=2**28)
+    verify(schedule, topology)
+    path = tmp_path / "s.json"
+    path.write_text(schedule.to_json())
+    again = Schedule.from_file(path)
+    assert again.topology == "dgx-a100:boxes=2@achievable"
+    recorded = library_topology(again.topology)
+    verify(again, recorded)
+    line = evaluate(again, load_topology("dgx-a100:boxes=2"), 2**28).time_s
+    assert evaluate(again, recorded, 2**28).time_s > line * 1.05
+
+
+def test_split_suffix_leaves_other_specs_alone():
+    assert split_suffix("@achievable") == ("@achievable", False)
+    assert split_suffix("x.json@achievable") == ("x.json", True)
