@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,3 +68,14 @@ def test_the_suffix_survives_a_schedule_file(tmp_path):
 def test_split_suffix_leaves_other_specs_alone():
     assert split_suffix("@achievable") == ("@achievable", False)
     assert split_suffix("x.json@achievable") == ("x.json", True)
+
+
+@pytest.mark.parametrize(("spec", "expect"), [("nosuch@achievable", "neither a file nor a library name"),
+                                              ("missing.json@achievable", "no such file"),
+                                              ("dgx-h100:boxes=0@achievable", "boxes must be at least 1")])
+def test_a_bad_spec_with_the_suffix_is_refused_cleanly(spec, expect, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli(["show", spec], capsys, monkeypatch)
+    assert outcome.code == 2 and "Traceback" not in outcome.err
+    assert outcome.err.startswith("error: ") and expect in outcome.err
+    assert list(tmp_path.iterdir()) == []

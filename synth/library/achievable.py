@@ -85,11 +85,13 @@ def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None) 
         return topology
     fractions = dict(ACHIEVABLE if table is None else table)
     graph = nx.DiGraph(topology.graph)
-    for (src, dst), link_class in link_classes(topology).items():
+    classes = link_classes(topology)
+    for (src, dst), link_class in classes.items():
         data = graph.edges[src, dst]
         scaled = Fraction(str(data["bandwidth"])) * fractions[link_class]
         data["bandwidth"] = round(float(scaled), 9)
-    rates = ", ".join(f"{name} {float(value):.0%}" for name, value in sorted(fractions.items()))
+    present = set(classes.values())
+    rates = ", ".join(f"{name} {float(value):.0%}" for name, value in sorted(fractions.items()) if name in present)
     metadata = {**topology.metadata, "achievable": {name: str(value) for name, value in sorted(fractions.items())}}
     return dataclasses.replace(
         topology, name=topology.name + SUFFIX, graph=nx.freeze(graph),
