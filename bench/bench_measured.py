@@ -24,7 +24,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import Table  # noqa: E402
-from synth import Kind, load_topology, synthesize  # noqa: E402
+from synth import Kind, load_topology, synthesize, verify  # noqa: E402
 from synth.evaluate import evaluate  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl_tests_measured.csv"
@@ -69,11 +69,12 @@ def rows(quick: bool) -> list[dict[str, str]]:
 
 def predict(spec: str, kind: Kind, size: int, cache: dict[tuple[str, Kind, int], tuple[float, float]]
             ) -> tuple[float, float]:
-    """(time s, busbw GB/s) of synth's nccl schedule."""
+    """(time s, busbw GB/s) of synth's nccl schedule, verified."""
     key = (spec, kind, size)
     if key not in cache:
         topology = load_topology(spec)
         schedule = synthesize(topology, kind, "nccl", size=size)
+        verify(schedule, topology)
         result = evaluate(schedule, topology, size)
         cache[key] = (result.time_s, result.busbw_GBps)
     return cache[key]
