@@ -44,11 +44,17 @@ class PackingError(RuntimeError):
     """The packing could not be completed (the capacities did not pass the flow test)."""
 
 
-class _TooDeep(Exception):  # noqa: N818  (a signal: a tree would pass the packer's depth limit)
+class _PackerSignal(Exception):  # noqa: N818  (not an error: the packer stopped on purpose)
+    """The packer stopped early; ``grown`` is how many arcs it had grown (set where it is caught)."""
+
+    grown: int = 0
+
+
+class _TooDeep(_PackerSignal):  # a tree would pass the packer's depth limit
     pass
 
 
-class _OverBudget(Exception):  # noqa: N818  (a signal: the packer has grown its arc limit)
+class _OverBudget(_PackerSignal):  # the packer has grown its arc limit
     pass
 
 
@@ -576,10 +582,75 @@ def pack_trees(num_compute: int, capacity: dict[tuple[int, int], int], copies: S
     >>> [(c.root, c.arcs) for c in classes]
     [(0, [(0, 1), (1, 2)]), (1, [(1, 2), (2, 0)]), (2, [(2, 0), (0, 1)])]
     """
-    packer = _Packer(num_compute, capacity, copies) if group is None else \
-        _SymmetricPacker(num_compute, capacity, copies, group)
+    if group is None:
+        classes, _, calls = run_packer(num_compute, capacity, copies,
+                                       compiled=sum(copies) * (num_compute - 1) >= COMPILED_MIN_ARCS)
+        return classes, calls
+    packer = _SymmetricPacker(num_compute, capacity, copies, group)
     classes = packer.pack()
     return classes, packer.solver.calls
+
+
+#: From this many tree arcs on (a packing's, or a depth pass's budget) the compiled packer
+#: (:mod:`~synth.algorithms.forest.packing_kernel`) grows the trees: below, numba's import and the loading
+#: of its machine code cost more than the Python packer's steps (about 25 microseconds an arc).
+COMPILED_MIN_ARCS = 10_000
+
+
+def run_packer(num_compute: int, capacity: Mapping[tuple[int, int], int], copies: Sequence[int],
+               root_order: Sequence[int] | None = None, depth_bound: _DepthBound | None = None,
+               hops: Mapping[tuple[int, int], int] | None = None, arc_limit: int | None = None,
+               compiled: bool = False) -> tuple[list[TreeClass], int, int]:
+    """Pack the trees without symmetry: the tree classes, the arcs grown and the max-flow count.
+
+    ``compiled``: with :func:`synth.algorithms.forest.packing_kernel.pack`, which returns the same trees
+    as the Python packer (:class:`_Packer`) in a fraction of its time. Raises :class:`PackingError`, and
+    the depth bound's and arc limit's signals, as the Python packer does.
+
+    Examples
+    --------
+    >>> capacity = {(0, 1): 2, (1, 2): 2, (2, 0): 2}
+    >>> python, grown, _ = run_packer(3, capacity, [1, 1, 1])
+    >>> run_packer(3, capacity, [1, 1, 1], compiled=True)[0] == python, grown
+    (True, 6)
+    """
+    if not compiled:
+        packer = _Packer(num_compute, dict(capacity), copies, root_order, depth_bound, hops, arc_limit)
+        try:
+            return packer.pack(), packer.grown, packer.solver.calls
+        except _PackerSignal as stopped:
+            stopped.grown = packer.grown
+            raise
+    from synth.algorithms.forest import packing_kernel
+
+    keys = sorted(capacity)
+    length = {} if hops is None else hops
+    tails = np.fromiter((x for x, _ in keys), dtype=np.int64, count=len(keys))
+    heads = np.fromiter((y for _, y in keys), dtype=np.int64, count=len(keys))
+    caps = np.fromiter((capacity[key] for key in keys), dtype=np.int64, count=len(keys))
+    arc_hops = np.fromiter((length.get(key, 1) for key in keys), dtype=np.int64, count=len(keys))
+    order = np.asarray(range(num_compute) if root_order is None else root_order, dtype=np.int64)
+    if depth_bound is None:
+        old, mode = np.zeros(1, dtype=np.int64), 0
+    else:
+        old, mode = np.asarray(depth_bound.old, dtype=np.int64), 2 if depth_bound.lexicographic else 1
+    outcome, grown, calls, stuck_root, stuck_nodes, roots, counts, arcs = packing_kernel.pack(
+        num_compute, tails, heads, caps, arc_hops, np.asarray(copies, dtype=np.int64), order, old, mode,
+        -1 if arc_limit is None else arc_limit, max(max(copies, default=1), 1))
+    if outcome == packing_kernel.STUCK:
+        raise PackingError(f"no arc can extend the tree of root {stuck_root} ({stuck_nodes} nodes)")
+    if outcome != packing_kernel.DONE:
+        stop = _TooDeep() if outcome == packing_kernel.TOO_DEEP else _OverBudget()
+        stop.grown = int(grown)
+        raise stop
+    classes = []
+    width = num_compute - 1
+    tails_list, heads_list = tails.tolist(), heads.tolist()
+    for k, (root, count) in enumerate(zip(roots.tolist(), counts.tolist(), strict=True)):
+        indices = arcs[k * width:(k + 1) * width].tolist()
+        tree_arcs = [(tails_list[i], heads_list[i]) for i in indices]
+        classes.append(TreeClass(root, count, tree_arcs, [root, *(heads_list[i] for i in indices)]))
+    return classes, int(grown), int(calls)
 
 
 #: Most tree arcs :func:`shallower_trees` may pack again in all (its attempts stop there): the pass costs
@@ -631,10 +702,20 @@ def _depth_profile(classes: Sequence[TreeClass], depths: Sequence[int]) -> list[
                   reverse=True)
 
 
+def _arc_load(classes: Sequence[TreeClass]) -> dict[tuple[int, int], int]:
+    """How many of the classes' trees take each arc."""
+    load: dict[tuple[int, int], int] = {}
+    for tree in classes:
+        for arc in tree.arcs:
+            load[arc] = load.get(arc, 0) + tree.copies
+    return load
+
+
 def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes: list[TreeClass],
                  depths: list[int], copies: list[int], pair: tuple[int, int],
-                 hops: Mapping[tuple[int, int], int],
-                 arc_limit: int | None) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
+                 hops: Mapping[tuple[int, int], int], arc_limit: int | None, compiled: bool = False,
+                 load: Mapping[tuple[int, int], int] | None = None,
+                 ) -> tuple[tuple[list[TreeClass], list[int]] | None, int]:
     """The roots of ``pair`` packed again on the capacity the other roots' trees leave, either one first:
     the first forest (its classes and their depths) whose depth profile is below the current one, or None;
     and how many arcs were grown to find out.
@@ -642,32 +723,33 @@ def _repack_pair(num_compute: int, capacity: dict[tuple[int, int], int], classes
     The other roots' trees are the same in both forests, so the forests' profiles compare as the pair's
     own trees' profiles do. With ``arc_limit`` a repacking stops as soon as the depths its trees have
     reached show it cannot come out below (:class:`_DepthBound`), and the attempt is given up past
-    ``arc_limit`` arcs; without, a repacking stops once a tree is deeper than the pair's deepest."""
+    ``arc_limit`` arcs; without, a repacking stops once a tree is deeper than the pair's deepest.
+    ``load``: the trees per arc of all of ``classes`` (:func:`_arc_load`), where the caller has it."""
     inside = [tree.root in pair for tree in classes]
     kept = [tree for tree, own in zip(classes, inside, strict=True) if not own]
     kept_depths = [depth for depth, own in zip(depths, inside, strict=True) if not own]
     old = _depth_profile([tree for tree, own in zip(classes, inside, strict=True) if own],
                          [depth for depth, own in zip(depths, inside, strict=True) if own])
-    load: dict[tuple[int, int], int] = {}
-    for tree in kept:
-        for arc in tree.arcs:
-            load[arc] = load.get(arc, 0) + tree.copies
-    left = {arc: cap - load.get(arc, 0) for arc, cap in capacity.items() if cap > load.get(arc, 0)}
+    kept_load = dict(_arc_load(classes) if load is None else load)
+    for tree, own in zip(classes, inside, strict=True):
+        if own:
+            for arc in tree.arcs:
+                kept_load[arc] -= tree.copies
+    left = {arc: cap - kept_load.get(arc, 0) for arc, cap in capacity.items() if cap > kept_load.get(arc, 0)}
     pair_copies = [copies[r] if r in pair else 0 for r in range(num_compute)]
     grown = 0
     for first, second in (pair, pair[::-1]):
         order = [first, second] + [r for r in range(num_compute) if r not in pair]
         bound = _DepthBound(old, lexicographic=arc_limit is not None)
-        packer = _Packer(num_compute, left, pair_copies, order, bound, hops,
-                         None if arc_limit is None else arc_limit - grown)
         try:
-            packed = packer.pack()
-        except _TooDeep:
+            packed, spent, _ = run_packer(num_compute, left, pair_copies, order, bound, hops,
+                                          None if arc_limit is None else arc_limit - grown, compiled)
+        except _TooDeep as too_deep:
+            grown += too_deep.grown
             continue  # its depths cannot compare below the pair's
-        except _OverBudget:
-            return None, grown + packer.grown
-        finally:
-            grown += packer.grown
+        except _OverBudget as over:
+            return None, grown + over.grown
+        grown += spent
         packed_depths = tree_depths(packed, hops)
         if _depth_profile(packed, packed_depths) < old:
             return (kept + packed, kept_depths + packed_depths), grown
@@ -710,12 +792,14 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
         return classes
     hops = {} if hops is None else hops
     depths = tree_depths(classes, hops)
+    compiled = arc_budget >= COMPILED_MIN_ARCS
     spent = 0
     while spent < arc_budget:
         depth_of = dict.fromkeys(roots, 0)
         for tree, depth in zip(classes, depths, strict=True):
             depth_of[tree.root] = max(depth_of[tree.root], depth)
         improved = None
+        load = _arc_load(classes)
         for deep in sorted(roots, key=lambda r: (-depth_of[r], r))[:SHALLOW_DEEP_ROOTS]:
             for other in sorted(roots, key=lambda r: (depth_of[r], r)):
                 if other == deep:
@@ -723,7 +807,7 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
                 if spent >= arc_budget:
                     break
                 improved, grown = _repack_pair(num_compute, capacity, classes, depths, copies, (deep, other), hops,
-                                               arc_budget - spent if quick else None)
+                                               arc_budget - spent if quick else None, compiled, load)
                 spent += grown
                 if improved is not None:
                     break
