@@ -25,7 +25,10 @@ explicit options; which ``switch_share`` is fastest at a message size is chosen 
   inside each box (partial sums along a chain of its gpus into the rail gpu, the result copied back along
   it), so a box switch whose reduction throughput is below the NICs' (DGX H100: 334.5 GB/s against eight
   50 GB/s NICs) leaves the rest to its NVLinks. ``network=False`` uses the rail rings even where a
-  network switch reduces.
+  network switch reduces. ``between="tree"`` replaces an allreduce's rail ring by NCCL's double binary tree
+  of the rail gpus (:func:`synth.algorithms.nvls_tree.tree_allreduce`: partial sums up into the root, the
+  total back down; successive rounds of a rail's chunks alternate the two trees): 2 log2(B) steps between B
+  boxes instead of the ring's 2(B - 1), which wins at small sizes, where each step's latency is the cost.
 
 The fewest chunks that give the asked share are used (``s`` and ``p`` per rank with ``s / (s + p)`` nearest
 to it; ``chunks`` fixes the total, then ``s`` is rounded); ``params["switch_share"]`` is the share built.
@@ -147,7 +150,7 @@ def merge(builder: ScheduleBuilder, part: Schedule, chunk_of: Callable[[int], in
 
 
 def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_share: Any = 1,
-         fused: bool = True, network: bool = True) -> Schedule:
+         fused: bool = True, network: bool = True, between: str = "ring") -> Schedule:
     """The collective with ``switch_share`` of its chunks through in-switch operations and the rest on a
     ring (see the module doc).
 
@@ -157,7 +160,9 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
     ``fused``: an allreduce's switch chunk is one reduce op multicast by the switch (True), or NCCL's NVLS
     pair, a reduce into one rank and its multicast (False).
     ``network``: on several boxes, reduce (or multicast) between boxes in a network switch where one serves
-    the rail (True), or always along rings of the rail gpus (False).
+    the rail (True), or always point to point among the rail gpus (False).
+    ``between``: how an allreduce goes point to point between boxes: ``"ring"`` (a ring of the rail gpus)
+    or ``"tree"`` (double binary trees of them); reduce-scatter and allgather take ``"ring"`` only.
 
     Examples
     --------
@@ -173,9 +178,13 @@ def insw(topology: Topology, kind: Kind, *, chunks: int | None = None, switch_sh
     for name, value in (("fused", fused), ("network", network)):
         if not isinstance(value, bool):
             raise InputError("", name, f"expected true or false, got {value!r}")
+    if between not in ("ring", "tree"):
+        raise InputError("", "between", f"expected ring or tree, got {between!r}")
+    if between == "tree" and kind != Kind.ALLREDUCE:
+        raise InputError("", "between", f"insw {kind} goes between boxes on rings only (a tree is for allreduce)")
     share = parse_share(switch_share)
     n = topology.num_ranks
-    levels = _levels(topology, kind, network)
+    levels = _levels(topology, kind, network, between)
     rails = len(levels.boxes[0]) if levels.switch is None and kind == Kind.ALLREDUCE else n
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < rails
                                or chunks % rails):
@@ -227,7 +236,7 @@ class _Levels:
     """Where a switch chunk goes: the domain switch (one box), or per box then between boxes."""
 
     def __init__(self, topology: Topology, kind: Kind, switch: str | None, boxes: list[list[int]] | None = None,
-                 box_switches: list[str] | None = None, network: bool = True) -> None:
+                 box_switches: list[str] | None = None, network: bool = True, between: str = "ring") -> None:
         self.topology = topology
         self.kind = kind
         self.switch = switch
@@ -236,13 +245,18 @@ class _Levels:
         self.position = {rank: (b, i) for b, box in enumerate(self.boxes) for i, rank in enumerate(box)}
         self._network: dict[int, str | None] = {}
         self.network = network
+        self.between = between
+        self._trees: dict[int, tuple[list[int | None], list[int | None]]] = {}
+        self._paths: dict[tuple[int, int], tuple[str, ...]] = {}
 
     def describe(self) -> str:
         if self.switch is not None:
             return f"one NVLink domain (switch {self.switch})"
         rails = [self.network_switch(r) if self.network else None for r in range(len(self.boxes[0]))]
+        point = "double binary trees" if self.between == "tree" else "rings"
         between = "in-network reduction (" + ", ".join(sorted({x for x in rails if x})) + ")" if all(rails) else \
-            "rings of the rail gpus" if not any(rails) else "in-network reduction where a switch serves the rail, else rings"
+            f"{point} of the rail gpus" if not any(rails) else \
+            f"in-network reduction where a switch serves the rail, else {point}"
         return f"{len(self.boxes)} boxes: in-switch inside each box, {between} between them"
 
     def network_switch(self, rail: int) -> str | None:
@@ -319,6 +333,8 @@ class _Levels:
             targets = members if kind == Kind.ALLREDUCE else [owner]
             outs = switch_reduce(builder, topology, network, chunk, members, targets, deps=ready)
             ready.update({r: [t] for r, t in outs.items()})
+        elif self.between == "tree":
+            ready.update(self._rail_tree(builder, chunk, members, len(self.boxes[0]), ready))
         else:
             ready.update(self._rail_ring(builder, chunk, members, home, reduce=True, ready=ready))
         if kind == Kind.REDUCESCATTER:
@@ -344,6 +360,26 @@ class _Levels:
                 a, b = box[(rail + step) % count], box[(rail + step + 1) % count]
             previous = [send(builder, self.topology, a, b, chunk, REDUCE if reduce else COPY, previous)]
         return previous
+
+    def _rail_tree(self, builder: ScheduleBuilder, chunk: int, members: list[int], width: int,
+                   ready: dict[int, list[int]]) -> dict[int, list[int]]:
+        """An allreduce's between-box step on a double binary tree of the rail's gpus (the first tree for
+        even rounds ``chunk // width`` of the chunks, the second for odd): the transfers after which each
+        gpu holds the total."""
+        from synth.algorithms.nvls_tree import tree_allreduce
+        from synth.algorithms.ring import paths_for
+        from synth.algorithms.tree import double_binary_tree
+
+        count = len(members)
+        if count not in self._trees:
+            self._trees[count] = double_binary_tree(count)
+        pairs = [(a, b) for a in members for b in members if a != b and (a, b) not in self._paths]
+        if pairs:
+            self._paths.update(paths_for(self.topology, pairs))
+        parents = self._trees[count][(chunk // width) % 2]
+        done = tree_allreduce(builder, self.topology, chunk, members, parents,
+                              {k: ready[r] for k, r in enumerate(members)}, self._paths)
+        return {members[k]: deps for k, deps in done.items()}
 
     def _rail_ring(self, builder: ScheduleBuilder, chunk: int, members: list[int], home: int, *, reduce: bool,
                    ready: dict[int, list[int]]) -> dict[int, list[int]]:
@@ -381,7 +417,7 @@ def fusable(topology: Topology, kind: Kind) -> bool:
     return kind == Kind.ALLREDUCE and _levels(topology, kind).switch is not None
 
 
-def _levels(topology: Topology, kind: Kind, network: bool = True) -> _Levels:
+def _levels(topology: Topology, kind: Kind, network: bool = True, between: str = "ring") -> _Levels:
     """The fabric's levels for ``kind``'s in-switch chunks; :class:`NotApplicable` saying why there are none."""
     try:
         return _Levels(topology, kind, domain_switch(topology, range(topology.num_ranks), kind))
@@ -401,4 +437,4 @@ def _levels(topology: Topology, kind: Kind, network: bool = True) -> _Levels:
             raise NotApplicable(f"insw {kind} on {topology.name}: no in-switch operations inside box "
                                 f"{topology.gpus[box[0]]}.. ({str(error).split(': ', 1)[-1]}); without them use ring "
                                 "or forest") from None
-    return _Levels(topology, kind, None, boxes, switches, network)
+    return _Levels(topology, kind, None, boxes, switches, network, between)

@@ -10,8 +10,10 @@ schedule, so the choice is never slower than it), then the shares :data:`SHARES`
 the largest down, an allreduce's switch chunks both fused (one reduce op multicast by the switch) and as
 NCCL's NVLS pair (reduce, then multicast), each form's descent ending at the first share slower than the one
 before (the time is taken to be unimodal in the share), and share 0 (the ring alone); on several boxes with a network switch that reduces, the best share also
-with rings of the rail gpus between boxes instead (``network=False``), and an allreduce all in the switches
-in B and 2B chunks by rail (B the box size: CollNet's and NVLS-Tree's chunking, fewer chunks than N); each candidate is cut
+with rings of the rail gpus between boxes instead (``network=False``); an allreduce on several boxes, the best
+share with double binary trees of the rail gpus between boxes (``between="tree"``), and all in the switches
+in B and 2B chunks by rail (B the box size: CollNet's and NVLS-Tree's chunking, fewer chunks than N), between
+boxes as the fabric does it and on the trees (NVLS-Tree's own shape); each candidate is cut
 off once slower than the best so far, or skipped when its congestion time alone is no faster. Around the best share, shares with denominators up to :data:`REFINE_DENOMINATOR`
 are tried while faster; then the two fastest with finer slices (:data:`SLICES`, pinned in
 ``params["plan"]`` when chosen). The chosen schedule records
@@ -110,18 +112,22 @@ class _Choice:
         #: the slice size of the best (None: the plan rule's)
         self.slice_bytes: int | None = None
 
-    def try_share(self, share: Fraction, fused: bool, chunks: int | None, network: bool = True) -> float:
+    def try_share(self, share: Fraction, fused: bool, chunks: int | None, network: bool = True,
+                  between: str = "ring") -> float:
         """Build and simulate one candidate (cut off at the best time; skipped unsimulated where its
         congestion time alone is no faster than the best); the first is simulated without the work limit.
         Its time, ``inf`` where it was cut off, skipped or not simulated."""
         from synth.evaluate import congestion
 
-        schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused, network=network)
+        schedule = insw(self.topology, self.kind, chunks=chunks, switch_share=share, fused=fused, network=network,
+                        between=between)
         built = parse_share(schedule.params["switch_share"])
         by_rail = chunks is not None and chunks % self.topology.num_ranks != 0
-        key = _key(built, schedule.params.get("fused")) + ("" if network else ", rail rings") + (
+        key = _key(built, schedule.params.get("fused")) + (
+            ", rail trees" if between == "tree" else "" if network else ", rail rings") + (
             f", {chunks} chunks by rail" if by_rail else "")
-        network = network and not by_rail  # the share descent's record holds N-multiple chunkings only
+        # the share descent's record holds N-multiple chunkings the default way between boxes only
+        network = network and not by_rail and between == "ring"
         if key in self.search.times:
             known = self.search.times[key]
             return math.inf if known is None else known
@@ -210,6 +216,7 @@ def _by_rail(choice: _Choice) -> None:
     for chunks in (width, 2 * width):
         if chunks % choice.topology.num_ranks:
             choice.try_share(Fraction(1), True, chunks)
+            choice.try_share(Fraction(1), True, chunks, network=False, between="tree")
 
 
 def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunction | None = None,
@@ -243,6 +250,10 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
     if choice.best is not None and "in-network" in choice.best[1].params["levels"]:
         # between boxes, the rail rings instead of the network switch's reduction, at the best share
         choice.try_share(parse_share(choice.best[1].params["switch_share"]), True, chunks, network=False)
+    if kind == Kind.ALLREDUCE and choice.best is not None and "boxes:" in choice.best[1].params["levels"]:
+        # between boxes, double binary trees of the rail gpus (NVLS-Tree's shape), at the best share
+        choice.try_share(parse_share(choice.best[1].params["switch_share"]), True, chunks, network=False,
+                         between="tree")
     if kind == Kind.ALLREDUCE and chunks is None and not two_forms:
         _by_rail(choice)
     choice.slices()
