@@ -83,7 +83,7 @@ class Link:
 
 
 class _NodeModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     id: str
     type: Literal["gpu", "switch"]
     box: int | None = None
@@ -132,7 +132,7 @@ _Latency = Annotated[Any, AfterValidator(_latency_value)]
 
 
 class _LinkModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     src: str
     dst: str
     bandwidth: _Bandwidth
@@ -242,7 +242,7 @@ def _distinct(values: list[str], what: str) -> list[str]:
 
 
 class _ReductionModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     ops: list[Literal["sum", "prod", "min", "max"]]
     dtypes: list[Literal["f64", "f32", "f16", "bf16", "fp8e4m3", "fp8e5m2", "i64", "i32", "i8", "u64", "u32",
                          "u8"]]
@@ -269,12 +269,12 @@ class _ReductionModel(BaseModel):
 
 
 class _MulticastModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     throughput: _Throughput = None
 
 
 class _CapabilitiesModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     version: Any
     reduction: _ReductionModel | None = None
     multicast: _MulticastModel | None = None
@@ -303,7 +303,7 @@ class _CapabilitiesModel(BaseModel):
 
 
 class _DimensionModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: Literal["Ring", "FullyConnected", "Switch"]
     size: int
     bandwidth: _Bandwidth
@@ -318,7 +318,7 @@ class _DimensionModel(BaseModel):
 
 
 class _TopologyModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str
     description: str = ""
     nodes: list[_NodeModel]

@@ -109,6 +109,8 @@ class _Choice:
         #: the candidates cut by rail (:func:`_by_rail`), kept apart so that they never push a share out of
         #: :meth:`slices`
         self.measured_by_rail: list[tuple[float, Schedule, str]] = []
+        #: the candidates with trees between boxes at the descent's chunking, kept apart for the same reason
+        self.measured_trees: list[tuple[float, Schedule, str]] = []
         #: the slice size of the best (None: the plan rule's)
         self.slice_bytes: int | None = None
 
@@ -146,7 +148,8 @@ class _Choice:
             return math.inf
         if network:
             self.tried[(built, fused)] = seconds
-        (self.measured_by_rail if by_rail else self.measured).append((seconds, schedule, key))
+        (self.measured_by_rail if by_rail else self.measured_trees if between == "tree" else self.measured).append(
+            (seconds, schedule, key))
         if self.best is None or seconds < self.best[0]:
             self.best = (seconds, schedule, key)
         return seconds
@@ -165,12 +168,13 @@ class _Choice:
             previous = seconds
 
     def slices(self, candidates: int = SLICE_CANDIDATES) -> None:
-        """The ``candidates`` fastest schedules of the share descent, and the fastest cut by rail, again with
-        each slice size of :data:`SLICES` smaller than their chunks (cut off at the best time); the fastest
-        is kept with its slice size."""
+        """The ``candidates`` fastest schedules of the share descent, the fastest cut by rail and the fastest
+        with trees between boxes at the descent's chunking, again with each slice size of :data:`SLICES`
+        smaller than their chunks (cut off at the best time); the fastest is kept with its slice size."""
         assert self.best is not None
         fastest = sorted(self.measured, key=lambda m: m[0])[:candidates]
         fastest += sorted(self.measured_by_rail, key=lambda m: m[0])[:1]
+        fastest += sorted(self.measured_trees, key=lambda m: m[0])[:1]
         for _, schedule, key in fastest:
             for slice_bytes in SLICES:
                 if self.size / schedule.chunks <= slice_bytes:
