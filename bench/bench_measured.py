@@ -3,8 +3,9 @@
 Table ``measured``: for every row of ``bench/data/nccl_tests_measured.csv`` (public outputs, each with its
 source) that matches a library system, synth's ``nccl`` schedule for that collective on that system at that
 size, evaluated by the flow model (plan rule, auto protocol), at line rate and at achievable rates
-(``SYSTEM@achievable``, :mod:`synth.library.achievable`): predicted busbw over measured busbw at large
-sizes (>= 256 MiB), predicted time over measured time at small ones (<= 64 KiB).
+(``SYSTEM@achievable``, :mod:`synth.library.achievable`; ``SYSTEM@achievable:efa`` or ``:tcpxo`` where the
+row's NICs are AWS EFA or GCP TCPXO): predicted busbw over measured busbw at large sizes (>= 256 MiB),
+predicted time over measured time at small ones (<= 64 KiB).
 
 Table ``measured_summary``: per link-rate model, the median and worst ratios at large and small sizes
 (worst: the ratio farthest from 1, as a factor), and the rows synth leaves out with the reason.
@@ -61,6 +62,12 @@ def system_of(row: dict[str, str]) -> tuple[str | None, str]:
     return None, f"no library system of {per_box} {gpu} per box"
 
 
+def network_of(row: dict[str, str]) -> str:
+    """The network stack of a row's NICs as ``SPEC@achievable:NETWORK`` names it (InfiniBand and RoCE: ib)."""
+    nic = row["nic"]
+    return "efa" if "EFA" in nic else "tcpxo" if "TCPXO" in nic else "ib"
+
+
 def rows(quick: bool) -> list[dict[str, str]]:
     with DATA.open(newline="") as handle:
         data = list(csv.DictReader(handle))
@@ -87,7 +94,7 @@ def _worst(ratios: list[float]) -> float:
 def run(quick: bool) -> list[Table]:
     """The tables of the module docstring."""
     table = Table("measured", "synth's nccl prediction against public nccl-tests / rccl-tests runs",
-                  ["source", "gpu", "boxes", "collective", "size", "measured busbw GB/s", "system",
+                  ["source", "gpu", "boxes", "collective", "size", "measured busbw GB/s", "system", "network",
                    "line-rate busbw GB/s", "achievable busbw GB/s", "achievable / measured",
                    "measured us", "achievable us", "time ratio"])
     cache: dict[tuple[str, Kind, int], tuple[float, float]] = {}
@@ -105,7 +112,9 @@ def run(quick: bool) -> list[Table]:
         kind = KINDS[row["collective"]]
         measured_busbw, measured_us = float(row["busbw_GBps"]), float(row["time_us"])
         line_time, line_busbw = predict(spec, kind, size, cache)
-        ach_time, ach_busbw = predict(spec + "@achievable", kind, size, cache)
+        network = network_of(row)
+        ach_time, ach_busbw = predict(spec + "@achievable" + ("" if network == "ib" else f":{network}"), kind, size,
+                                      cache)
         busbw_ratio = ach_busbw / measured_busbw if size >= LARGE and measured_busbw > 0 else None
         time_ratio = ach_time * 1e6 / measured_us if size <= SMALL else None
         if size >= LARGE and measured_busbw > 0:
@@ -115,7 +124,7 @@ def run(quick: bool) -> list[Table]:
             small["line rate"].append(line_time * 1e6 / measured_us)
             small["achievable"].append(ach_time * 1e6 / measured_us)
         source = row["source"].removeprefix("https://github.com/")
-        table.add(source[:60], row["gpu"], int(row["boxes"]), row["collective"], size, measured_busbw, spec,
+        table.add(source[:60], row["gpu"], int(row["boxes"]), row["collective"], size, measured_busbw, spec, network,
                   line_busbw, ach_busbw, busbw_ratio, measured_us, ach_time * 1e6, time_ratio)
     summary = Table("measured_summary", "synth's nccl prediction over the measured value: median and worst",
                     ["links", "rows >= 256 MiB", "median busbw ratio", "worst busbw ratio",

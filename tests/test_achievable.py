@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 from synth import Kind, load_topology, synthesize, verify
 from synth.evaluate import evaluate
 from synth.library import library_topology
-from synth.library.achievable import ACHIEVABLE, SCALE_OUT, SCALE_UP, achievable, link_classes, split_suffix
+from synth.library.achievable import (
+    ACHIEVABLE,
+    NETWORK_EXTRA_US,
+    SCALE_OUT,
+    SCALE_UP,
+    SCALE_UP_STEP_US,
+    achievable,
+    link_classes,
+    split_suffix,
+)
 from synth.schedule import Schedule
 
 
@@ -33,7 +42,10 @@ def test_every_link_is_scaled_by_its_class():
     for link in line.links():
         expected = float(Fraction(str(link.bandwidth)) * ACHIEVABLE[classes[(link.src, link.dst)]])
         assert scaled.bandwidth(link.src, link.dst) == pytest.approx(expected, rel=1e-12)
-        assert scaled.latency(link.src, link.dst) == link.latency
+        if classes[(link.src, link.dst)] == SCALE_OUT:
+            assert scaled.latency(link.src, link.dst) == link.latency
+        else:  # mi300x's xGMI links join gpus directly: one link is one step
+            assert scaled.latency(link.src, link.dst) == SCALE_UP_STEP_US
     assert achievable(scaled) is scaled
     assert scaled.capabilities == line.capabilities
 
@@ -66,8 +78,39 @@ def test_the_suffix_survives_a_schedule_file(tmp_path):
 
 
 def test_split_suffix_leaves_other_specs_alone():
-    assert split_suffix("@achievable") == ("@achievable", False)
-    assert split_suffix("x.json@achievable") == ("x.json", True)
+    assert split_suffix("@achievable") == ("@achievable", None)
+    assert split_suffix("x.json@achievable") == ("x.json", "ib")
+    assert split_suffix("x.json@achievable:efa") == ("x.json", "efa")
+    assert split_suffix("x@achievablez") == ("x@achievablez", None)
+
+
+def test_a_step_through_an_nvswitch_takes_nccls_per_step_latency():
+    topology = load_topology("dgx-h100@achievable")
+    assert topology.latency("gpu0", "nvs") + topology.latency("nvs", "gpu5") == SCALE_UP_STEP_US
+    # a 4-byte allreduce on one box (ring, LL): within 5% of the 12.5 us measured on H20 (deepseek-ai/DeepEP#303)
+    schedule = synthesize(topology, Kind.ALLREDUCE, "nccl", size=4)
+    assert evaluate(schedule, topology, 4).time_s * 1e6 == pytest.approx(12.5, rel=0.05)
+
+
+@pytest.mark.parametrize("network", ["efa", "tcpxo"])
+def test_another_network_adds_its_latency_to_each_crossing(network):
+    """The gpu-NIC links carry the extra, half each way, so a 2-box tree's LL allreduce (up, then down)
+    takes two crossings' worth longer; bandwidths are unchanged."""
+    ib, other = load_topology("dgx-h100:boxes=2@achievable"), load_topology(f"dgx-h100:boxes=2@achievable:{network}")
+    assert other.name.endswith(f"@achievable:{network}") and network in other.description
+    extra = NETWORK_EXTRA_US[network]
+    assert other.latency("b0.gpu0", "b0.nic0") == pytest.approx(ib.latency("b0.gpu0", "b0.nic0") + extra / 2)
+    assert other.latency("rail0", "b1.nic0") == ib.latency("rail0", "b1.nic0")
+    assert all(other.bandwidth(link.src, link.dst) == link.bandwidth for link in ib.links())
+    schedule = synthesize(ib, Kind.ALLREDUCE, "nccl", size=8)
+    slower = evaluate(schedule, other, 8).time_s - evaluate(schedule, ib, 8).time_s
+    assert slower * 1e6 == pytest.approx(2 * extra, rel=1e-6)
+
+
+def test_an_unknown_network_is_refused(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli(["show", "dgx-h100@achievable:myrinet"], capsys, monkeypatch)
+    assert outcome.code == 2 and "unknown network 'myrinet'" in outcome.err and "efa" in outcome.err
 
 
 @pytest.mark.parametrize(("spec", "expect"), [("nosuch@achievable", "neither a file nor a library name"),

@@ -5,8 +5,24 @@ NCCL's maintainers give about 370 GB/s of application bandwidth out of NVLink 4'
 (NVIDIA/nccl-tests#212, NVIDIA/nccl#1442), and public nccl-tests outputs show the same kind of gap on
 NICs. ``SPEC@achievable`` (any library spec, shipped name or file, e.g. ``dgx-h100:boxes=2@achievable``)
 is the same topology with every link's bandwidth multiplied by the achievable fraction of its link
-class; the name keeps the suffix, so every output that names the topology says which rates it used.
-Without the suffix links run at line rate (the ideal α-β model of the papers).
+class, and its latencies at what NCCL's kernels take; the name keeps the suffix, so every output that
+names the topology says which rates it used. Without the suffix links run at line rate with the library's
+assumed latencies (the ideal α-β model of the papers).
+
+Latency
+-------
+- ``scale-up``: a step from gpu to gpu takes :data:`SCALE_UP_STEP_US` (0.6 µs), NCCL 2.23.4's own per-step
+  NVLink latency for LL (``hwLat`` in ``src/graph/tuning.cc``); through a switch, each of the step's two
+  links takes half. On one H20 box it predicts 12.0 µs for a 4-byte allreduce (ring, LL) against 12.5
+  measured (deepseek-ai/DeepEP#303), where the library's assumed 0.7 µs per NVSwitch hop gives 23.2.
+- ``scale-out``: the library's latencies (InfiniBand: gpu, NIC, switch, NIC, gpu sum to 2.6 µs, NCCL's
+  network LL step is 2.7), plus, for another network stack named after the suffix, its extra latency per
+  crossing of the network (:data:`NETWORK_EXTRA_US`, half on each gpu-NIC link): ``SPEC@achievable:efa``
+  (AWS EFA through aws-ofi-nccl) and ``SPEC@achievable:tcpxo`` (GCP GPUDirect-TCPXO). Those figures are
+  fitted to the small-size rows of the data file (the median predicted time equal to the measured one, for
+  the rows of that network), so they describe the runs published, not a specification: EFA 40 µs from 8
+  rows of three sources (p4de, p5 and p6 instances, whose EFA generations differ: the rows fall between
+  0.46 and 1.9 times their prediction), TCPXO 58 µs from 4 rows of one source.
 
 Link classes
 ------------
@@ -44,20 +60,37 @@ SCALE_OUT = "scale-out"
 
 #: Achievable fraction of line rate per link class (see the module docstring for the sources).
 ACHIEVABLE: Mapping[str, Fraction] = {SCALE_UP: Fraction(82, 100), SCALE_OUT: Fraction(92, 100)}
+#: A scale-up step's latency (µs): NCCL 2.23.4's ``hwLat[NVLINK][RING][LL]``.
+SCALE_UP_STEP_US = 0.6
+#: The network stacks the suffix names (``@achievable:NAME``) and their extra latency (µs) per crossing of
+#: the network over InfiniBand's (see the module docstring).
+NETWORK_EXTRA_US: Mapping[str, float] = {"ib": 0.0, "efa": 40.0, "tcpxo": 58.0}
+#: The network the plain suffix means.
+DEFAULT_NETWORK = "ib"
 
 
-def split_suffix(spec: str) -> tuple[str, bool]:
-    """``(base spec, achievable?)``: the spec without a trailing ``@achievable``.
+def split_suffix(spec: str) -> tuple[str, str | None]:
+    """``(base spec, network)``: the spec without a trailing ``@achievable`` or ``@achievable:NETWORK``
+    and the network it names (:data:`DEFAULT_NETWORK` for the plain suffix), or None without a suffix.
 
     Examples
     --------
-    >>> split_suffix("dgx-h100@achievable"), split_suffix("ring:n=4")
-    (('dgx-h100', True), ('ring:n=4', False))
+    >>> split_suffix("dgx-h100@achievable"), split_suffix("dgx-h100:boxes=2@achievable:efa")
+    (('dgx-h100', 'ib'), ('dgx-h100:boxes=2', 'efa'))
+    >>> split_suffix("ring:n=4")
+    ('ring:n=4', None)
     """
     text = str(spec)
-    if text.endswith(SUFFIX) and len(text) > len(SUFFIX):
-        return text[: -len(SUFFIX)], True
-    return text, False
+    base, mark, network = text.rpartition(SUFFIX)
+    if not mark or not base or (network and not network.startswith(":")):
+        return text, None
+    name = network[1:] if network else DEFAULT_NETWORK
+    if name not in NETWORK_EXTRA_US:
+        from synth.errors import InputError
+
+        raise InputError(text, "topology", f"unknown network {name!r} after {SUFFIX}:; expected one of "
+                         + ", ".join(sorted(NETWORK_EXTRA_US)))
+    return base, name
 
 
 def link_classes(topology: Topology) -> dict[tuple[str, str], str]:
@@ -78,22 +111,35 @@ def link_classes(topology: Topology) -> dict[tuple[str, str], str]:
     return classes
 
 
-def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None) -> Topology:
-    """``topology`` with each link's bandwidth times its class's achievable fraction (:data:`ACHIEVABLE`),
-    named ``NAME@achievable``; a topology already so named is returned as it is."""
-    if topology.name.endswith(SUFFIX):
+def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None,
+               network: str = DEFAULT_NETWORK) -> Topology:
+    """``topology`` with each link's bandwidth times its class's achievable fraction (:data:`ACHIEVABLE`)
+    and the latencies of the module docstring for ``network``, named ``NAME@achievable`` (plus
+    ``:NETWORK`` for another network than InfiniBand); a topology already so named is returned as it is."""
+    if SUFFIX in topology.name:
         return topology
     fractions = dict(ACHIEVABLE if table is None else table)
+    extra = NETWORK_EXTRA_US[network]
     graph = nx.DiGraph(topology.graph)
     classes = link_classes(topology)
+    gpus = set(topology.gpus)
     for (src, dst), link_class in classes.items():
         data = graph.edges[src, dst]
         scaled = Fraction(str(data["bandwidth"])) * fractions[link_class]
         data["bandwidth"] = round(float(scaled), 9)
+        if link_class == SCALE_UP:
+            data["latency"] = SCALE_UP_STEP_US if src in gpus and dst in gpus else SCALE_UP_STEP_US / 2
+        elif extra and (src in gpus) != (dst in gpus) and (src in gpus or dst in gpus):
+            data["latency"] = round(float(data.get("latency", 0.0)) + extra / 2, 9)
     present = set(classes.values())
     rates = ", ".join(f"{name} {float(value):.0%}" for name, value in sorted(fractions.items()) if name in present)
-    metadata = {**topology.metadata, "achievable": {name: str(value) for name, value in sorted(fractions.items())}}
+    latency = f"; {SCALE_UP_STEP_US:g} us per scale-up step" if SCALE_UP in present else ""
+    if network != DEFAULT_NETWORK and SCALE_OUT in present:
+        latency += f"; {network}: {extra:g} us more per network crossing"
+    metadata = {**topology.metadata, "achievable": {**{name: str(value) for name, value in sorted(fractions.items())},
+                                                    "network": network}}
+    suffix = SUFFIX if network == DEFAULT_NETWORK else f"{SUFFIX}:{network}"
     return dataclasses.replace(
-        topology, name=topology.name + SUFFIX, graph=nx.freeze(graph),
-        description=f"{topology.description} (links at achievable rates: {rates} of line rate)".strip(),
+        topology, name=topology.name + suffix, graph=nx.freeze(graph),
+        description=f"{topology.description} (links at achievable rates: {rates} of line rate{latency})".strip(),
         metadata=metadata)

@@ -47,9 +47,9 @@ def load_topology(spec: str | Path) -> Topology:
     """
     if isinstance(spec, Topology):
         return spec
-    base, at_achievable = split_suffix(str(spec))
-    if at_achievable:
-        return achievable(load_topology(base))
+    base, network = split_suffix(str(spec))
+    if network is not None:
+        return achievable(load_topology(base), network=network)
     text = str(spec)
     if not text.strip() or "\0" in text:
         raise InputError(repr(text), "topology", "expected a topology file or library name")
@@ -86,9 +86,9 @@ def library_topology(name: str) -> Topology:
     >>> library_topology("ring:n=4").num_ranks
     4
     """
-    base, at_achievable = split_suffix(str(name))
-    if at_achievable:
-        return achievable(library_topology(base))
+    base, network = split_suffix(str(name))
+    if network is not None:
+        return achievable(library_topology(base), network=network)
     text = str(name)
     stem = Path(text).name
     if ":" not in text and "/" not in text and text not in LIBRARY and stem and _exists(TOPOLOGY_DIR / f"{stem}.json"):
