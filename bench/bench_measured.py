@@ -7,8 +7,10 @@ size, evaluated by the flow model (plan rule, auto protocol), at line rate and a
 row's NICs are AWS EFA or GCP TCPXO): predicted busbw over measured busbw at large sizes (>= 256 MiB),
 predicted time over measured time at small ones (<= 64 KiB).
 
-Table ``measured_summary``: per link-rate model, the median and worst ratios at large and small sizes
-(worst: the ratio farthest from 1, as a factor), and the rows synth leaves out with the reason.
+Table ``measured_summary``: per link-rate model and library (NCCL, whose rules synth's ``nccl`` follows,
+and RCCL, whose own differ), the median and worst ratios at large and small sizes (worst: the ratio
+farthest from 1, as a factor), and the rows synth leaves out with the reason. Rows their own source reports
+as degraded (a bug report's slow run) are in ``measured`` but not counted in the summary.
 
 ``python -m bench --only measured``; ``--quick`` keeps the one-box and two-box systems.
 """
@@ -98,9 +100,11 @@ def run(quick: bool) -> list[Table]:
                    "line-rate busbw GB/s", "achievable busbw GB/s", "achievable / measured",
                    "measured us", "achievable us", "time ratio"])
     cache: dict[tuple[str, Kind, int], tuple[float, float]] = {}
-    large: dict[str, list[float]] = {"line rate": [], "achievable": []}
-    small: dict[str, list[float]] = {"line rate": [], "achievable": []}
+    groups = [(model, library) for model in ("line rate", "achievable") for library in ("nccl", "rccl")]
+    large: dict[tuple[str, str], list[float]] = {group: [] for group in groups}
+    small: dict[tuple[str, str], list[float]] = {group: [] for group in groups}
     skipped: dict[str, int] = {}
+    degraded: set[str] = set()
     for row in rows(quick):
         size = int(row["bytes"])
         if not (size >= LARGE or size <= SMALL) or row["collective"] not in KINDS:
@@ -117,22 +121,27 @@ def run(quick: bool) -> list[Table]:
                                       cache)
         busbw_ratio = ach_busbw / measured_busbw if size >= LARGE and measured_busbw > 0 else None
         time_ratio = ach_time * 1e6 / measured_us if size <= SMALL else None
-        if size >= LARGE and measured_busbw > 0:
-            large["line rate"].append(line_busbw / measured_busbw)
-            large["achievable"].append(ach_busbw / measured_busbw)
-        if size <= SMALL:
-            small["line rate"].append(line_time * 1e6 / measured_us)
-            small["achievable"].append(ach_time * 1e6 / measured_us)
         source = row["source"].removeprefix("https://github.com/")
+        library = "rccl" if row["library"].strip().lower() == "rccl" else "nccl"
+        if "degraded" in row["source_note"]:
+            degraded.add(source)
+        elif size >= LARGE and measured_busbw > 0:
+            large[("line rate", library)].append(line_busbw / measured_busbw)
+            large[("achievable", library)].append(ach_busbw / measured_busbw)
+        elif size <= SMALL:
+            small[("line rate", library)].append(line_time * 1e6 / measured_us)
+            small[("achievable", library)].append(ach_time * 1e6 / measured_us)
         table.add(source[:60], row["gpu"], int(row["boxes"]), row["collective"], size, measured_busbw, spec, network,
                   line_busbw, ach_busbw, busbw_ratio, measured_us, ach_time * 1e6, time_ratio)
     summary = Table("measured_summary", "synth's nccl prediction over the measured value: median and worst",
-                    ["links", "rows >= 256 MiB", "median busbw ratio", "worst busbw ratio",
+                    ["links", "library", "rows >= 256 MiB", "median busbw ratio", "worst busbw ratio",
                      "rows <= 64 KiB", "median time ratio", "worst time ratio"])
-    for model in ("line rate", "achievable"):
-        summary.add(model, len(large[model]), statistics.median(large[model]), _worst(large[model]),
-                    len(small[model]), statistics.median(small[model]), _worst(small[model]))
-    summary.notes = "left out: " + "; ".join(f"{why} ({count} rows)" for why, count in sorted(skipped.items()))
+    for group in groups:
+        big, little = large[group], small[group]
+        summary.add(*group, len(big), statistics.median(big) if big else None, _worst(big) if big else None,
+                    len(little), statistics.median(little) if little else None, _worst(little) if little else None)
+    summary.notes = ("left out: " + "; ".join(f"{why} ({count} rows)" for why, count in sorted(skipped.items()))
+                     + "; not counted, reported as degraded by their source: " + ", ".join(sorted(degraded)))
     table.notes = ("flow model, plan rule with auto protocol; busbw ratio at >= 256 MiB, time ratio at "
                    "<= 64 KiB; a ratio above 1 means synth predicts faster than measured.")
     return [table, summary]

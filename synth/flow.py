@@ -317,7 +317,7 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
     if engine != "compiled":
         raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
     count, transfers = _transfers(schedule)
-    base = plan.costs.base_latency_us * MICRO
+    base = fixed_latency_s(topology, plan)
     if count == 0:
         return FlowResult(0.0, 0, 0)
     classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
@@ -334,6 +334,32 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
         assert work_limit is not None
         raise _work_limit_error(schedule, size, plan, work_limit, int(events))
     return FlowResult(float(time_s), int(events), int(rate_updates), int(work))
+
+
+#: The topology metadata key of a network stack's fixed cost per collective across boxes (µs).
+NETWORK_OVERHEAD_KEY = "network_overhead_us"
+
+
+def fixed_latency_s(topology: Topology, plan: Plan) -> float:
+    """What a collective pays once, in seconds: the protocol's base latency, plus the topology's network
+    overhead (``metadata["network_overhead_us"]``, set by ``SPEC@achievable:efa`` and the like: the network
+    stack's fixed cost per operation) where its ranks span several boxes.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.plan import make_plan
+    >>> plan = make_plan(chunks=16, size=2**10, protocol="LL")
+    >>> round(fixed_latency_s(load_topology("dgx-h100:boxes=2"), plan) * 1e6, 3)
+    3.6
+    >>> round(fixed_latency_s(load_topology("dgx-h100:boxes=2@achievable:efa"), plan) * 1e6, 3)
+    83.6
+    """
+    seconds = plan.costs.base_latency_us * MICRO
+    overhead = topology.metadata.get(NETWORK_OVERHEAD_KEY)
+    if overhead and topology.boxes is not None and len(set(topology.boxes)) > 1:
+        seconds += float(overhead) * MICRO
+    return seconds
 
 
 def _kernel_arrays(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarray) -> tuple[Any, ...]:

@@ -15,7 +15,8 @@ step treats what arrived as a set, so the order among equal times never matters)
 Only the classes with members are visited on an event (an idle class has rate 0 and threshold inf, so it
 never sets the step nor finishes a slice), and the lone classes whose members changed on a rate update.
 
-Compiled with ``cache=True``: the machine code is kept on disk (in the package's ``__pycache__``, or a
+Compiled with ``nogil=True`` (simulations in threads run at once: :meth:`synth.choose.Search.measure_many`)
+and ``cache=True``: the machine code is kept on disk (in the package's ``__pycache__``, or a
 per-user cache folder where that is read-only) and later processes load it; where no cache folder is
 writable it is compiled again in each process. No ``fastmath``, and ``error_model="numpy"`` so a division
 by zero gives inf or nan as numpy does.
@@ -37,9 +38,9 @@ def _compiled(function: Callable[..., Any], **options: Any) -> Any:
     """``function`` compiled in nopython mode, its machine code cached on disk where numba finds a
     writable cache folder, else compiled in each process."""
     try:
-        return njit(cache=True, error_model="numpy", **options)(function)
+        return njit(cache=True, error_model="numpy", nogil=True, **options)(function)
     except RuntimeError:  # numba found no writable cache location
-        return njit(error_model="numpy", **options)(function)
+        return njit(error_model="numpy", nogil=True, **options)(function)
 
 
 def _inlined(function: Callable[..., Any]) -> Any:

@@ -39,7 +39,6 @@ import numpy as np
 from synth.flow import (
     _TOLERANCE,
     MEMO_BYTES,
-    MICRO,
     FlowResult,
     _classes,
     _csr,
@@ -47,6 +46,7 @@ from synth.flow import (
     _stall_error,
     _transfers,
     _work_limit_error,
+    fixed_latency_s,
 )
 from synth.plan import Plan
 from synth.schedule import Schedule
@@ -169,7 +169,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
     once per event on schedules of millions of slice transfers, so its state stays in local variables.
     """
     count, transfers = _transfers(schedule)
-    base = plan.costs.base_latency_us * MICRO
+    base = fixed_latency_s(topology, plan)
     if count == 0:
         return FlowResult(0.0, 0, 0)
     slices = plan.slices

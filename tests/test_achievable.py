@@ -14,7 +14,7 @@ from synth.evaluate import evaluate
 from synth.library import library_topology
 from synth.library.achievable import (
     ACHIEVABLE,
-    NETWORK_EXTRA_US,
+    NETWORK_OVERHEAD_US,
     SCALE_OUT,
     SCALE_UP,
     SCALE_UP_STEP_US,
@@ -93,18 +93,27 @@ def test_a_step_through_an_nvswitch_takes_nccls_per_step_latency():
 
 
 @pytest.mark.parametrize("network", ["efa", "tcpxo"])
-def test_another_network_adds_its_latency_to_each_crossing(network):
-    """The gpu-NIC links carry the extra, half each way, so a 2-box tree's LL allreduce (up, then down)
-    takes two crossings' worth longer; bandwidths are unchanged."""
+def test_another_network_costs_its_overhead_once_per_collective_across_boxes(network):
+    """The overhead is a fixed cost: the same links, and every collective spanning boxes takes exactly that
+    much longer at any size; one box (or a group inside one) pays nothing."""
+    from synth.flow import NETWORK_OVERHEAD_KEY as FLOW_KEY
+    from synth.groups import group_view, parse_group
+    from synth.library.achievable import NETWORK_OVERHEAD_KEY
+
+    assert FLOW_KEY == NETWORK_OVERHEAD_KEY
     ib, other = load_topology("dgx-h100:boxes=2@achievable"), load_topology(f"dgx-h100:boxes=2@achievable:{network}")
     assert other.name.endswith(f"@achievable:{network}") and network in other.description
-    extra = NETWORK_EXTRA_US[network]
-    assert other.latency("b0.gpu0", "b0.nic0") == pytest.approx(ib.latency("b0.gpu0", "b0.nic0") + extra / 2)
-    assert other.latency("rail0", "b1.nic0") == ib.latency("rail0", "b1.nic0")
     assert all(other.bandwidth(link.src, link.dst) == link.bandwidth for link in ib.links())
-    schedule = synthesize(ib, Kind.ALLREDUCE, "nccl", size=8)
-    slower = evaluate(schedule, other, 8).time_s - evaluate(schedule, ib, 8).time_s
-    assert slower * 1e6 == pytest.approx(2 * extra, rel=1e-6)
+    assert all(other.latency(link.src, link.dst) == link.latency for link in ib.links())
+    overhead = NETWORK_OVERHEAD_US[network]
+    for size in (8, 2**28):
+        schedule = synthesize(ib, Kind.ALLREDUCE, "nccl", size=size)
+        slower = evaluate(schedule, other, size).time_s - evaluate(schedule, ib, size).time_s
+        assert slower * 1e6 == pytest.approx(overhead, rel=1e-6)
+    inside = group_view(other, parse_group(other, "tp=8"))
+    schedule = synthesize(inside, Kind.ALLREDUCE, "ring")
+    plain = group_view(ib, parse_group(ib, "tp=8"))
+    assert evaluate(schedule, inside, 2**20).time_s == evaluate(schedule, plain, 2**20).time_s
 
 
 def test_an_unknown_network_is_refused(capsys, monkeypatch, tmp_path):

@@ -99,3 +99,37 @@ def test_forest_variant_keys_and_labels():
     assert polished.key == "4/65536/polished" and polished.label == "k=4, 64KiB slices"
     assert ForestVariant(3).at(32768) == ForestVariant(3, 32768)
     assert Measured(1.0, ForestVariant(1), construct(load_topology("ring:n=2"), "allgather", "ring")).seconds == 1.0
+
+
+@pytest.mark.parametrize("count", ["1", "2"])
+def test_measure_many_gives_each_candidate_the_time_measure_gives(count, monkeypatch):
+    """Simulated at once or one after another: the same times in the order given, recorded under their
+    keys (None where cut off), a candidate over the work limit skipped."""
+    from synth.choose import Candidate
+
+    monkeypatch.setenv("SYNTH_THREADS", count)
+    topo = load_topology("dgx-a100:boxes=2")
+    ring, tree = construct(topo, "allreduce", "ring"), construct(topo, "allreduce", "tree")
+    alone = Search(topo, Kind.ALLREDUCE, 2**26)
+    expected = [alone.measure(ring, "r", "r"), alone.measure(tree, "t", "t", slice_bytes=65536)]
+    search = Search(topo, Kind.ALLREDUCE, 2**26, work_limit=10**12)
+    cut = min(expected) / 2
+    got = search.measure_many([Candidate(ring, "r", "r"), Candidate(tree, "t", "t", 65536),
+                               Candidate(ring, "r/cut", "r cut", cutoff=cut)])
+    assert got == [*expected, math.inf]
+    assert list(search.times) == ["r", "t", "r/cut"] and search.times["r/cut"] is None
+    one_by_one = Search(topo, Kind.ALLREDUCE, 2**26, work_limit=0)
+    sequential = [one_by_one.measure(ring, "r", "r"), one_by_one.measure(tree, "t", "t")]
+    limited = Search(topo, Kind.ALLREDUCE, 2**26, work_limit=0)
+    assert limited.measure_many([Candidate(ring, "r", "r"), Candidate(tree, "t", "t")]) == sequential
+    assert None in sequential and limited.times == one_by_one.times  # the tree's sharing is past the limit
+
+
+def test_synth_threads_must_be_a_number(monkeypatch):
+    from synth.choose import threads
+
+    monkeypatch.setenv("SYNTH_THREADS", "many")
+    with pytest.raises(InputError, match="SYNTH_THREADS"):
+        threads()
+    monkeypatch.setenv("SYNTH_THREADS", "0")
+    assert threads() == 1

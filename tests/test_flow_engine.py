@@ -161,4 +161,4 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
 
     monkeypatch.setattr(flow_kernels, "njit", njit)
     assert flow_kernels._compiled(len) is len
-    assert seen == [{"cache": True, "error_model": "numpy"}, {"error_model": "numpy"}]
+    assert seen == [{"cache": True, "error_model": "numpy", "nogil": True}, {"error_model": "numpy", "nogil": True}]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from synth.errors import InputError, LimitError, NotApplicable
 from synth.schedule import Schedule
 from synth.topology import Topology
 
-__all__ = ["CHOOSERS", "Chooser", "Search", "chooser_options", "synthesize"]
+__all__ = ["CHOOSERS", "Candidate", "Chooser", "Search", "chooser_options", "synthesize", "threads"]
 
 #: The phase name of the progress events a search sends for each candidate.
 PHASE = "size choice"
@@ -61,6 +61,37 @@ def seconds_text(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "slower, cut off"
     return f"{seconds * 1e6:,.2f} us"
+
+
+def threads() -> int:
+    """How many simulations :meth:`Search.measure_many` runs at once: ``SYNTH_THREADS`` if set (1: one
+    after another), else the cpus this process may use."""
+    import os
+
+    value = os.environ.get("SYNTH_THREADS")
+    if value is not None:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise InputError("", "SYNTH_THREADS", f"expected a whole number of threads, got {value!r}") from None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One schedule :meth:`Search.measure_many` simulates: its key and label, slices, cutoff and note."""
+
+    schedule: Schedule
+    key: str
+    label: str
+    slice_bytes: int | None = None
+    cutoff: float | None = None
+    note: str = ""
+    #: under the search's work limit (False: the candidates the others are cut off at)
+    limited: bool = True
 
 
 class Search:
@@ -138,6 +169,39 @@ class Search:
         self.times[key] = seconds if math.isfinite(seconds) else None
         self.report(PHASE, f"{label}: {seconds_text(seconds)}{note}")
         return seconds
+
+    def measure_many(self, candidates: Sequence[Candidate]) -> list[float | None]:
+        """:meth:`measure` of every candidate, simulated at once in threads (the flow model's compiled
+        engine releases the GIL), then recorded and reported in the order given; each candidate keeps the
+        cutoff it was given, so the times do not depend on which simulation ends first. At most
+        :func:`threads` at a time."""
+        if len(candidates) <= 1 or threads() <= 1:
+            return [self.measure(c.schedule, c.key, c.label, slice_bytes=c.slice_bytes, cutoff=c.cutoff,
+                                 limited=c.limited, note=c.note) for c in candidates]
+        from concurrent.futures import ThreadPoolExecutor
+
+        from synth.evaluate import evaluate
+
+        def simulate(candidate: Candidate) -> float | LimitError:
+            try:
+                return evaluate(candidate.schedule, self.topology, self.size, slice_bytes=candidate.slice_bytes,
+                                cutoff=candidate.cutoff,
+                                work_limit=self.work_limit if candidate.limited else None).time_s
+            except LimitError as error:
+                return error
+
+        with ThreadPoolExecutor(max_workers=min(threads(), len(candidates))) as pool:
+            outcomes = list(pool.map(simulate, candidates))
+        results: list[float | None] = []
+        for candidate, outcome in zip(candidates, outcomes, strict=True):
+            if isinstance(outcome, LimitError):
+                self.report(PHASE, f"{candidate.label}: not simulated (over a simulation limit){candidate.note}")
+                results.append(None)
+                continue
+            self.times[candidate.key] = outcome if math.isfinite(outcome) else None
+            self.report(PHASE, f"{candidate.label}: {seconds_text(outcome)}{candidate.note}")
+            results.append(outcome)
+        return results
 
     def done(self, message: str) -> None:
         """Report the choice (phase ``"done"``)."""

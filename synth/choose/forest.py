@@ -46,7 +46,7 @@ from typing import Any
 from synth.algorithms.forest import forest, trees_per_root
 from synth.algorithms.forest.packing import SHALLOW_ARC_BUDGET
 from synth.algorithms.utils import ProgressFunction
-from synth.choose import Search, seconds_text
+from synth.choose import Candidate, Search, seconds_text
 from synth.collectives import Kind
 from synth.errors import LimitError
 from synth.schedule import Schedule
@@ -186,6 +186,22 @@ class ForestChoice:
                                    cutoff=cutoff, limited=limited, required=required,
                                    note=" (longer depth pass)" if variant.polished else "")
 
+    def measure_many(self, measured: list[tuple[Schedule, ForestVariant]], cutoff: float | None, *,
+                     limited: bool = True) -> list[float | None]:
+        """:meth:`Search.measure_many` of several candidates, each cut off at ``cutoff``."""
+        return self.search.measure_many([
+            Candidate(schedule, variant.key, variant.label, variant.slice_bytes, cutoff,
+                      " (longer depth pass)" if variant.polished else "", limited) for schedule, variant in measured])
+
+    @staticmethod
+    def fastest(best: Measured, measured: list[tuple[Schedule, ForestVariant]],
+                seconds: list[float | None]) -> Measured:
+        """The best, or the first of the fastest candidates where one is faster."""
+        for (schedule, variant), time_s in zip(measured, seconds, strict=True):
+            if time_s is not None and time_s < best.seconds:
+                best = Measured(time_s, variant, schedule)
+        return best
+
     def counts(self) -> list[int]:
         """The tree counts built so far, in increasing order."""
         return sorted(self.by_count)
@@ -212,15 +228,9 @@ class ForestChoice:
         assert best is not None
         times = self.search.times
         ranked = sorted(self.by_count, key=lambda count: times[str(count)] or math.inf)
-        for k in ranked[:FINE_SLICE_CANDIDATES]:
-            schedule = self.by_count[k]
-            if self.size / schedule.chunks <= FINE_SLICE_BYTES:
-                continue  # the rule's slices are no larger already
-            variant = ForestVariant(k, FINE_SLICE_BYTES)
-            seconds = self.measure(schedule, variant, best.seconds, limited=False)
-            if seconds is not None and seconds < best.seconds:
-                best = Measured(seconds, variant, schedule)
-        return best
+        finer = [(self.by_count[k], ForestVariant(k, FINE_SLICE_BYTES)) for k in ranked[:FINE_SLICE_CANDIDATES]
+                 if self.size / self.by_count[k].chunks > FINE_SLICE_BYTES]  # else the rule's are no larger
+        return self.fastest(best, finer, self.measure_many(finer, best.seconds, limited=False))
 
     def refine(self, best: Measured) -> Measured:
         """Step 3's local search: from the best (tree count, slice), the next tree count, the next finer slice
@@ -228,7 +238,7 @@ class ForestChoice:
         while True:
             counts = self.counts()
             i, j = counts.index(best.variant.trees), _SLICES.index(best.variant.slice_bytes)
-            moved = False
+            neighbours = []
             for di, dj in ((1, 0), (0, 1), (1, 1)):
                 if i + di >= len(counts) or j + dj >= len(_SLICES):
                     continue
@@ -237,11 +247,11 @@ class ForestChoice:
                 if variant.key in self.search.times or (variant.slice_bytes is not None
                                                         and self.size / schedule.chunks <= variant.slice_bytes):
                     continue  # measured already, or its chunks are no larger than the slice
-                seconds = self.measure(schedule, variant, best.seconds)
-                if seconds is not None and seconds < best.seconds:
-                    best, moved = Measured(seconds, variant, schedule), True
-            if not moved:
+                neighbours.append((schedule, variant))
+            moved = self.fastest(best, neighbours, self.measure_many(neighbours, best.seconds))
+            if moved is best:
                 return best
+            best = moved
 
     def halfway(self, best: Measured) -> Measured | None:
         """The tree limits halfway between the best's tree count and its neighbours, built and simulated
@@ -258,7 +268,7 @@ class ForestChoice:
         middles = [(k + counts[i + 1]) // 2] if i + 1 < len(counts) else []
         if i > 0:
             middles.append((counts[i - 1] + k) // 2)
-        found: Measured | None = None
+        built = []
         for limit in middles:
             if limit in self.by_count or limit in self._halfway_tried or limit in self.limit_of.values():
                 continue
@@ -272,12 +282,9 @@ class ForestChoice:
             if new_k in self.by_count:
                 continue  # the limit reaches its best rate with a known count: the same trees
             self.by_count[new_k] = schedule
-            variant = ForestVariant(new_k, slice_bytes)
-            to_beat = best.seconds if found is None else found.seconds
-            seconds = self.measure(schedule, variant, to_beat)
-            if seconds is not None and seconds < to_beat:
-                found = Measured(seconds, variant, schedule)
-        return found
+            built.append((schedule, ForestVariant(new_k, slice_bytes)))
+        found = self.fastest(best, built, self.measure_many(built, best.seconds))
+        return None if found is best else found
 
     def refine_with_halfway(self, best: Measured) -> Measured:
         """:meth:`refine`, then :meth:`halfway` from where it stops, and again while that finds a faster count."""

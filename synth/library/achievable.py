@@ -16,13 +16,14 @@ Latency
   links takes half. On one H20 box it predicts 12.0 µs for a 4-byte allreduce (ring, LL) against 12.5
   measured (deepseek-ai/DeepEP#303), where the library's assumed 0.7 µs per NVSwitch hop gives 23.2.
 - ``scale-out``: the library's latencies (InfiniBand: gpu, NIC, switch, NIC, gpu sum to 2.6 µs, NCCL's
-  network LL step is 2.7), plus, for another network stack named after the suffix, its extra latency per
-  crossing of the network (:data:`NETWORK_EXTRA_US`, half on each gpu-NIC link): ``SPEC@achievable:efa``
-  (AWS EFA through aws-ofi-nccl) and ``SPEC@achievable:tcpxo`` (GCP GPUDirect-TCPXO). Those figures are
-  fitted to the small-size rows of the data file (the median predicted time equal to the measured one, for
-  the rows of that network), so they describe the runs published, not a specification: EFA 40 µs from 8
-  rows of three sources (p4de, p5 and p6 instances, whose EFA generations differ: the rows fall between
-  0.46 and 1.9 times their prediction), TCPXO 58 µs from 4 rows of one source.
+  network LL step is 2.7). Another network stack named after the suffix, ``SPEC@achievable:efa`` (AWS EFA
+  through aws-ofi-nccl) or ``SPEC@achievable:tcpxo`` (GCP GPUDirect-TCPXO), adds its fixed cost per
+  collective that spans boxes (:data:`NETWORK_OVERHEAD_US`, recorded as ``metadata["network_overhead_us"]``
+  and charged once by the flow model, :func:`synth.flow.fixed_latency_s`): a software overhead, not a
+  longer wire, so it does not stall a pipeline's window at large sizes. The figures are fitted to the data
+  file's small-size rows (the median predicted time equal to the measured one, for the rows of that
+  network), so they describe the runs published, not a specification: EFA from 8 rows of three sources
+  (p4de, p5 and p6 instances, whose EFA generations differ widely), TCPXO from 4 rows of one source.
 
 Link classes
 ------------
@@ -48,10 +49,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 import networkx as nx
 
 from synth.topology import Topology
+
+#: The metadata key the flow model reads (:data:`synth.flow.NETWORK_OVERHEAD_KEY`).
+NETWORK_OVERHEAD_KEY = "network_overhead_us"
 
 #: The suffix that selects achievable link rates.
 SUFFIX = "@achievable"
@@ -62,9 +67,9 @@ SCALE_OUT = "scale-out"
 ACHIEVABLE: Mapping[str, Fraction] = {SCALE_UP: Fraction(82, 100), SCALE_OUT: Fraction(92, 100)}
 #: A scale-up step's latency (µs): NCCL 2.23.4's ``hwLat[NVLINK][RING][LL]``.
 SCALE_UP_STEP_US = 0.6
-#: The network stacks the suffix names (``@achievable:NAME``) and their extra latency (µs) per crossing of
-#: the network over InfiniBand's (see the module docstring).
-NETWORK_EXTRA_US: Mapping[str, float] = {"ib": 0.0, "efa": 40.0, "tcpxo": 58.0}
+#: The network stacks the suffix names (``@achievable:NAME``) and their fixed cost (µs) per collective that
+#: spans boxes, over InfiniBand's (see the module docstring).
+NETWORK_OVERHEAD_US: Mapping[str, float] = {"ib": 0.0, "efa": 80.0, "tcpxo": 116.0}
 #: The network the plain suffix means.
 DEFAULT_NETWORK = "ib"
 
@@ -85,11 +90,11 @@ def split_suffix(spec: str) -> tuple[str, str | None]:
     if not mark or not base or (network and not network.startswith(":")):
         return text, None
     name = network[1:] if network else DEFAULT_NETWORK
-    if name not in NETWORK_EXTRA_US:
+    if name not in NETWORK_OVERHEAD_US:
         from synth.errors import InputError
 
         raise InputError(text, "topology", f"unknown network {name!r} after {SUFFIX}:; expected one of "
-                         + ", ".join(sorted(NETWORK_EXTRA_US)))
+                         + ", ".join(sorted(NETWORK_OVERHEAD_US)))
     return base, name
 
 
@@ -119,7 +124,7 @@ def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None,
     if SUFFIX in topology.name:
         return topology
     fractions = dict(ACHIEVABLE if table is None else table)
-    extra = NETWORK_EXTRA_US[network]
+    overhead = NETWORK_OVERHEAD_US[network]
     graph = nx.DiGraph(topology.graph)
     classes = link_classes(topology)
     gpus = set(topology.gpus)
@@ -129,15 +134,15 @@ def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None,
         data["bandwidth"] = round(float(scaled), 9)
         if link_class == SCALE_UP:
             data["latency"] = SCALE_UP_STEP_US if src in gpus and dst in gpus else SCALE_UP_STEP_US / 2
-        elif extra and (src in gpus) != (dst in gpus) and (src in gpus or dst in gpus):
-            data["latency"] = round(float(data.get("latency", 0.0)) + extra / 2, 9)
     present = set(classes.values())
     rates = ", ".join(f"{name} {float(value):.0%}" for name, value in sorted(fractions.items()) if name in present)
     latency = f"; {SCALE_UP_STEP_US:g} us per scale-up step" if SCALE_UP in present else ""
-    if network != DEFAULT_NETWORK and SCALE_OUT in present:
-        latency += f"; {network}: {extra:g} us more per network crossing"
-    metadata = {**topology.metadata, "achievable": {**{name: str(value) for name, value in sorted(fractions.items())},
-                                                    "network": network}}
+    metadata: dict[str, Any] = {
+        **topology.metadata, "achievable": {**{name: str(value) for name, value in sorted(fractions.items())},
+                                            "network": network}}
+    if overhead and SCALE_OUT in present:
+        latency += f"; {network}: {overhead:g} us per collective across boxes"
+        metadata[NETWORK_OVERHEAD_KEY] = overhead
     suffix = SUFFIX if network == DEFAULT_NETWORK else f"{SUFFIX}:{network}"
     return dataclasses.replace(
         topology, name=topology.name + suffix, graph=nx.freeze(graph),

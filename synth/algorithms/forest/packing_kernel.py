@@ -36,9 +36,9 @@ UNBOUNDED = 1 << 60
 def _compiled(function: Callable[..., Any]) -> Any:
     """``function`` compiled in nopython mode, cached on disk where numba finds a writable folder."""
     try:
-        return njit(cache=True)(function)
+        return njit(cache=True, nogil=True)(function)
     except RuntimeError:  # numba found no writable cache location
-        return njit()(function)
+        return njit(nogil=True)(function)
 
 
 @_compiled
