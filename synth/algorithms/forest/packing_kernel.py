@@ -217,6 +217,18 @@ def _room(table: np.ndarray, class_arcs: np.ndarray, order: np.ndarray, count: i
     return bigger, arcs, orders
 
 
+@_compiled
+def _new_class(table: np.ndarray, class_arcs: np.ndarray, order: np.ndarray, count: int, block: int,
+               free_aux: np.ndarray, num_free: int,
+               next_aux: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """Room for class ``count`` (:func:`_room`) and an auxiliary node for it: the last one freed, else a
+    new one. Returns the arrays, the node, and the free count and next new node after."""
+    table, class_arcs, order = _room(table, class_arcs, order, count, block)
+    if num_free > 0:
+        return table, class_arcs, order, free_aux[num_free - 1], num_free - 1, next_aux
+    return table, class_arcs, order, next_aux, num_free, next_aux + 1
+
+
 #: Columns of :func:`pack`'s class table.
 _ROOT, _COPIES, _AUX, _SIZE = 0, 1, 2, 3
 
@@ -282,15 +294,10 @@ def pack(n: int, arc_tail: np.ndarray, arc_head: np.ndarray, arc_cap: np.ndarray
         if unstarted[root] == 0:
             continue
         # a class of all the root's copies, its auxiliary node on the root
-        table, class_arcs, order = _room(table, class_arcs, order, num_classes, block)
+        table, class_arcs, order, aux, num_free, next_aux = _new_class(table, class_arcs, order, num_classes, block,
+                                                                       free_aux, num_free, next_aux)
         c = num_classes
         num_classes += 1
-        if num_free > 0:
-            num_free -= 1
-            aux = free_aux[num_free]
-        else:
-            aux = next_aux
-            next_aux += 1
         table[c, _ROOT], table[c, _COPIES], table[c, _AUX], table[c, _SIZE] = root, unstarted[root], aux, 0
         unstarted[root] = 0
         e = 2 * (root_base + root)
@@ -350,15 +357,10 @@ def pack(n: int, arc_tail: np.ndarray, arc_head: np.ndarray, arc_cap: np.ndarray
                         continue
                     if mu < table[c, _COPIES]:
                         # the class splits: mu copies take the arc, the rest wait on the stack
-                        table, class_arcs, order = _room(table, class_arcs, order, num_classes, block)
+                        table, class_arcs, order, rest_aux, num_free, next_aux = _new_class(
+                            table, class_arcs, order, num_classes, block, free_aux, num_free, next_aux)
                         rest = num_classes
                         num_classes += 1
-                        if num_free > 0:
-                            num_free -= 1
-                            rest_aux = free_aux[num_free]
-                        else:
-                            rest_aux = next_aux
-                            next_aux += 1
                         size = table[c, _SIZE]
                         table[rest, _ROOT], table[rest, _COPIES] = table[c, _ROOT], table[c, _COPIES] - mu
                         table[rest, _AUX], table[rest, _SIZE] = rest_aux, size
