@@ -73,9 +73,9 @@ def test_compiled_depth_pass_matches_the_python_pass_on_mi250():
     assert any(tree.copies < forest_plan.trees for tree in classes)  # the packing split some classes
     budget = 8_000
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(packing, "COMPILED_MIN_ARCS", 10**12)
+        patch.setattr(packing, "compiled_pays", lambda arcs, saving: False)
         python = shallower_trees(n, capacity, classes, hops, budget)
-        patch.setattr(packing, "COMPILED_MIN_ARCS", 0)
+        patch.setattr(packing, "compiled_pays", lambda arcs, saving: True)
         compiled = shallower_trees(n, capacity, classes, hops, budget)
     assert compiled == python
     assert compiled != classes  # the pass changed the trees

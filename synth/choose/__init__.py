@@ -156,52 +156,44 @@ class Search:
         others are cut off at); ``required=True`` lets a limit's :class:`~synth.errors.LimitError` through
         (a candidate the choice cannot do without). ``note`` is appended to the reported message.
         """
-        from synth.evaluate import evaluate
-
-        try:
-            seconds = evaluate(schedule, self.topology, self.size, slice_bytes=slice_bytes, cutoff=cutoff,
-                               work_limit=self.work_limit if limited else None).time_s
-        except LimitError:
-            if required:
-                raise
-            self.report(PHASE, f"{label}: not simulated (over a simulation limit){note}")
-            return None
-        self.times[key] = seconds if math.isfinite(seconds) else None
-        self.report(PHASE, f"{label}: {seconds_text(seconds)}{note}")
-        return seconds
+        candidate = Candidate(schedule, key, label, slice_bytes, cutoff, note, limited)
+        outcome = self._simulate(candidate)
+        if required and isinstance(outcome, LimitError):
+            raise outcome
+        return self._record(candidate, outcome)
 
     def measure_many(self, candidates: Sequence[Candidate]) -> list[float | None]:
         """:meth:`measure` of every candidate, simulated at once in threads (the flow model's compiled
         engine releases the GIL), then recorded and reported in the order given; each candidate keeps the
         cutoff it was given, so the times do not depend on which simulation ends first. At most
         :func:`threads` at a time."""
-        if len(candidates) <= 1 or threads() <= 1:
-            return [self.measure(c.schedule, c.key, c.label, slice_bytes=c.slice_bytes, cutoff=c.cutoff,
-                                 limited=c.limited, note=c.note) for c in candidates]
-        from concurrent.futures import ThreadPoolExecutor
+        if threads() > 1 and len(candidates) > 1:  # threads() first: a bad SYNTH_THREADS is refused every time
+            from concurrent.futures import ThreadPoolExecutor
 
+            with ThreadPoolExecutor(max_workers=min(threads(), len(candidates))) as pool:
+                outcomes = list(pool.map(self._simulate, candidates))
+        else:
+            outcomes = [self._simulate(candidate) for candidate in candidates]
+        return [self._record(candidate, outcome) for candidate, outcome in zip(candidates, outcomes, strict=True)]
+
+    def _simulate(self, candidate: Candidate) -> float | LimitError:
+        """The candidate's time, or the limit that refused its simulation."""
         from synth.evaluate import evaluate
 
-        def simulate(candidate: Candidate) -> float | LimitError:
-            try:
-                return evaluate(candidate.schedule, self.topology, self.size, slice_bytes=candidate.slice_bytes,
-                                cutoff=candidate.cutoff,
-                                work_limit=self.work_limit if candidate.limited else None).time_s
-            except LimitError as error:
-                return error
+        try:
+            return evaluate(candidate.schedule, self.topology, self.size, slice_bytes=candidate.slice_bytes,
+                            cutoff=candidate.cutoff, work_limit=self.work_limit if candidate.limited else None).time_s
+        except LimitError as error:
+            return error
 
-        with ThreadPoolExecutor(max_workers=min(threads(), len(candidates))) as pool:
-            outcomes = list(pool.map(simulate, candidates))
-        results: list[float | None] = []
-        for candidate, outcome in zip(candidates, outcomes, strict=True):
-            if isinstance(outcome, LimitError):
-                self.report(PHASE, f"{candidate.label}: not simulated (over a simulation limit){candidate.note}")
-                results.append(None)
-                continue
-            self.times[candidate.key] = outcome if math.isfinite(outcome) else None
-            self.report(PHASE, f"{candidate.label}: {seconds_text(outcome)}{candidate.note}")
-            results.append(outcome)
-        return results
+    def _record(self, candidate: Candidate, outcome: float | LimitError) -> float | None:
+        """Record and report one simulation's outcome (a refused one is reported, not recorded)."""
+        if isinstance(outcome, LimitError):
+            self.report(PHASE, f"{candidate.label}: not simulated (over a simulation limit){candidate.note}")
+            return None
+        self.times[candidate.key] = outcome if math.isfinite(outcome) else None
+        self.report(PHASE, f"{candidate.label}: {seconds_text(outcome)}{candidate.note}")
+        return outcome
 
     def done(self, message: str) -> None:
         """Report the choice (phase ``"done"``)."""

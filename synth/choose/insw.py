@@ -254,8 +254,9 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
     if choice.best is not None and "in-network" in choice.best[1].params["levels"]:
         # between boxes, the rail rings instead of the network switch's reduction, at the best share
         choice.try_share(parse_share(choice.best[1].params["switch_share"]), True, chunks, network=False)
-    if kind == Kind.ALLREDUCE and choice.best is not None and "boxes:" in choice.best[1].params["levels"]:
-        # between boxes, double binary trees of the rail gpus (NVLS-Tree's shape), at the best share
+    if kind == Kind.ALLREDUCE and not two_forms and choice.best is not None:
+        # several boxes (an allreduce's two forms differ in one domain only): between them, double binary
+        # trees of the rail gpus (NVLS-Tree's shape), at the best share
         choice.try_share(parse_share(choice.best[1].params["switch_share"]), True, chunks, network=False,
                          between="tree")
     if kind == Kind.ALLREDUCE and chunks is None and not two_forms:

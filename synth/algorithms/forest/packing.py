@@ -584,17 +584,39 @@ def pack_trees(num_compute: int, capacity: dict[tuple[int, int], int], copies: S
     """
     if group is None:
         classes, _, calls = run_packer(num_compute, capacity, copies,
-                                       compiled=sum(copies) * (num_compute - 1) >= COMPILED_MIN_ARCS)
+                                       compiled=compiled_pays(sum(copies) * (num_compute - 1), PACK_SAVING_US))
         return classes, calls
     packer = _SymmetricPacker(num_compute, capacity, copies, group)
     classes = packer.pack()
     return classes, packer.solver.calls
 
 
-#: From this many tree arcs on (a packing's, or a depth pass's budget) the compiled packer
-#: (:mod:`~synth.algorithms.forest.packing_kernel`) grows the trees: below, numba's import and the loading
-#: of its machine code cost more than the Python packer's steps (about 25 microseconds an arc).
-COMPILED_MIN_ARCS = 10_000
+#: What the compiled packer (:mod:`~synth.algorithms.forest.packing_kernel`) saves per tree arc over the
+#: Python packer (µs, 2-core machine): on a first packing, whose completion tests are few and cheap, and
+#: in the depth pass, which packs pairs of roots again on nearly full capacities.
+PACK_SAVING_US = 2.0
+DEPTH_PASS_SAVING_US = 30.0
+#: The compiled packer's one-time cost in a process (seconds, 2-core machine): numba's import, then
+#: loading the kernel's cached machine code.
+NUMBA_IMPORT_S = 0.6
+KERNEL_LOAD_S = 0.4
+
+
+def compiled_pays(arcs: int, saving_us: float) -> bool:
+    """True when growing about ``arcs`` tree arcs with the compiled packer, at ``saving_us`` saved per
+    arc, repays what this process has yet to pay for it (numba's import where no module has imported it,
+    the kernel's load where it is not loaded). Both packers give the same trees, so this decides time only.
+
+    Examples
+    --------
+    >>> compiled_pays(10**6, DEPTH_PASS_SAVING_US)  # a depth pass of a million arcs: about 30 s saved
+    True
+    """
+    import sys
+
+    pending = 0.0 if "synth.algorithms.forest.packing_kernel" in sys.modules else \
+        KERNEL_LOAD_S + (0.0 if "numba" in sys.modules else NUMBA_IMPORT_S)
+    return arcs * saving_us * 1e-6 > pending
 
 
 def run_packer(num_compute: int, capacity: Mapping[tuple[int, int], int], copies: Sequence[int],
@@ -792,7 +814,7 @@ def shallower_trees(num_compute: int, capacity: dict[tuple[int, int], int], clas
         return classes
     hops = {} if hops is None else hops
     depths = tree_depths(classes, hops)
-    compiled = arc_budget >= COMPILED_MIN_ARCS
+    compiled = compiled_pays(arc_budget, DEPTH_PASS_SAVING_US)
     spent = 0
     while spent < arc_budget:
         depth_of = dict.fromkeys(roots, 0)
