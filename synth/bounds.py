@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from synth.collectives import Kind
+from synth.collectives import Kind, shard_weights
 from synth.cuts.allgather import CutBound, cut_bound, lcd_trees, optimal_tree_counts, rate_with_trees
 from synth.cuts.alltoall import AlltoallBound
 from synth.cuts.network import Network
@@ -133,17 +133,20 @@ class LimitedTrees:
     gap_percent: float
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None], tuple[Topology, CutBound, Network]] = OrderedDict()
+_CACHE: OrderedDict[tuple[int, bool, int | None, tuple[int, ...] | None], tuple[Topology, CutBound, Network]] = OrderedDict()
 
 
-def _cut(topology: Topology, reverse: bool = False, root: int | None = None) -> tuple[CutBound, Network]:
-    """The exact cut bound (memoized per topology object, direction and root)."""
-    key = (id(topology), reverse, root)
+def _cut(topology: Topology, reverse: bool = False, root: int | None = None,
+         weights: tuple[int, ...] | None = None) -> tuple[CutBound, Network]:
+    """The exact cut bound (memoized per topology object, direction, root and root weights: one per gpu,
+    one at ``root``, or ``weights``)."""
+    key = (id(topology), reverse, root, weights)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         return hit[1], hit[2]
     net = Network.from_topology(topology, reverse=reverse)
-    weights = [1] * topology.num_ranks if root is None else [int(r == root) for r in topology.ranks]
+    if weights is None:
+        weights = tuple(1 for _ in topology.ranks) if root is None else tuple(int(r == root) for r in topology.ranks)
     bound = cut_bound(net, weights)
     _CACHE[key] = (topology, bound, net)
     while len(_CACHE) > 16:
@@ -212,6 +215,52 @@ def optimal_bound(topology: Topology) -> Bound:
         flows=gather.flows + scatter.flows, seconds=time.perf_counter() - started)
 
 
+@dataclass(frozen=True)
+class ShardBound:
+    """The exact optimum of an allgather or reduce-scatter with uneven shards (allgatherv, reduce-scatterv).
+
+    ``weights``: the shards in lowest terms (rank r owns weights[r] / W of the M bytes); ``seconds_per_byte``:
+    the optimal time per byte of M, w(S) / (W B+(S)) at the bottleneck cut S (on the reversed links for
+    reduce-scatter), exact as Fractions; ``cut_gpus``: S's gpus (rank order); ``cut_weight``: w(S);
+    ``cut_egress_GBps``: B+(S).
+    """
+
+    kind: Kind
+    weights: tuple[int, ...]
+    seconds_per_byte: Fraction
+    algbw_GBps: float
+    cut_gpus: tuple[str, ...]
+    cut_weight: int
+    cut_egress_GBps: Fraction
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; exact fractions are strings like ``"1/150000000000"``."""
+        return {"collective": self.kind.value, "shards": list(self.weights),
+                "seconds_per_byte": str(self.seconds_per_byte), "algbw_GBps": self.algbw_GBps,
+                "cut": {"gpus": list(self.cut_gpus), "weight": self.cut_weight,
+                        "egress_GBps": str(self.cut_egress_GBps)}}
+
+
+def shard_bound(topology: Topology, kind: Kind, shards: Any) -> ShardBound:
+    """The exact optimum of ``kind`` (allgather or reducescatter) with uneven ``shards`` (one size per rank,
+    any unit) and its bottleneck cut; forest reaches it (``forest(..., shards=...)``).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> b = shard_bound(load_topology("switch:n=4"), Kind.ALLGATHER, [1, 1, 1, 5])
+    >>> round(b.algbw_GBps, 2), b.cut_gpus, b.cut_weight  # gpu0 receives 7/8 of M over one 50 GB/s link
+    (57.14, ('gpu1', 'gpu2', 'gpu3'), 7)
+    """
+    weights = _shard_weights(kind, shards, topology.num_ranks)
+    if weights is None:
+        weights = tuple(1 for _ in topology.ranks)
+    cut, net = _cut(topology, reverse=kind == Kind.REDUCESCATTER, weights=weights)
+    seconds = Fraction(1, sum(weights)) / (cut.rate * GIGA)
+    return ShardBound(kind, weights, seconds, float(1 / (seconds * GIGA)),
+                      tuple(net.names[v] for v in cut.cut if v < topology.num_ranks), cut.weight, cut.egress)
+
+
 def limited_trees(topology: Topology, max_trees_per_root: int) -> LimitedTrees:
     """The best allgather rate with at most ``max_trees_per_root`` trees per root (flow test only).
 
@@ -238,22 +287,30 @@ def limited_trees(topology: Topology, max_trees_per_root: int) -> LimitedTrees:
     return LimitedTrees(max_trees_per_root, k, rate, float(n * rate), float((1 - rate / gather.rate) * 100))
 
 
-def algbw_bound(topology: Topology, kind: Kind, demand: Any = None) -> float | None:
+def algbw_bound(topology: Topology, kind: Kind, demand: Any = None, shards: Any = None) -> float | None:
     """The optimal algbw (GB/s) for ``kind`` on ``topology``, or None when no exact bound is known.
 
     Allgather and reduce-scatter: M / T* (the reversed links for reduce-scatter); allreduce: as
     reduce-scatter then allgather (half the allgather figure on symmetric links); broadcast and reduce:
     the single-root bound from rank 0 (the default root); alltoall: the maximum concurrent flow LP
     optimum (:func:`alltoall_bound`); alltoallv: the same LP for ``demand`` (algbw with M = the whole
-    demand; :func:`synth.demand.as_chunk_matrix` says what ``demand`` may be, None: 1 chunk per pair).
+    demand; :func:`synth.demand.as_chunk_matrix` says what ``demand`` may be, None: 1 chunk per pair);
+    allgather and reduce-scatter with ``shards`` (each rank's shard size, uneven shards): the same cut bound
+    with those root weights, M the whole gathered buffer.
 
     Examples
     --------
     >>> from synth.library import load_topology
     >>> round(algbw_bound(load_topology("dgx-a100:boxes=2"), Kind.ALLREDUCE), 2)
     173.33
+    >>> switch = load_topology("switch:n=4")  # 50 GB/s links: gpu 0 must receive 7/8 of M over one
+    >>> round(algbw_bound(switch, Kind.ALLGATHER), 2), round(algbw_bound(switch, Kind.ALLGATHER, shards=[1, 1, 1, 5]), 2)
+    (66.67, 57.14)
     """
     n = topology.num_ranks
+    weights = _shard_weights(kind, shards, n)
+    if weights is not None:
+        return float(sum(weights) * _cut(topology, reverse=kind == Kind.REDUCESCATTER, weights=weights)[0].rate)
     if kind == Kind.ALLGATHER:
         return float(n * _cut(topology)[0].rate)
     if kind == Kind.REDUCESCATTER:
@@ -567,13 +624,25 @@ def balanced_switches(topology: Topology) -> bool:
     return True
 
 
-def time_bound(topology: Topology, kind: Kind | str, root: int = 0, demand: Any = None) -> TimeBound:
+def _shard_weights(kind: Kind, shards: Any, num_ranks: int) -> tuple[int, ...] | None:
+    """Uneven shards' root weights (None: even shards, or none given); refused for other collectives."""
+    if shards is None:
+        return None
+    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
+    return shard_weights(shards, num_ranks)
+
+
+def time_bound(topology: Topology, kind: Kind | str, root: int = 0, demand: Any = None,
+               shards: Any = None) -> TimeBound:
     """A proven lower bound on the time of ``kind`` on ``topology`` (see :class:`TimeBound`).
 
     The arguments, per collective, for a message of M bytes on N gpus:
 
     - allgather: ForestColl's exact cut bound (M/N)|S|/B+(S) (every byte owned in S leaves S once);
       reduce-scatter: the same on the reversed links (bytes reduced into S must enter S); both exact;
+      with uneven ``shards`` (allgatherv, reduce-scatterv; rank r owns w_r / W of M) the same with weights,
+      M w(S) / (W B+(S)), exact too (forest packs k w_r trees at root r);
     - broadcast / reduce: M / (the root's smallest cut) (exact: arborescence packing reaches it);
     - alltoall: the maximum concurrent flow LP optimum (exact in the bandwidth model); alltoallv: the
       same LP for ``demand`` (None: 1 chunk per pair), M the whole demand;
@@ -625,12 +694,15 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0, demand: Any 
     all_ranks = list(range(n))
     terms: list[BoundTerm]
     optimum = balanced_switches(topology)
+    weights = _shard_weights(kind, shards, n)
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         reverse = kind == Kind.REDUCESCATTER
-        cut, net = _cut(topology, reverse=reverse)
+        cut, net = _cut(topology, reverse=reverse, weights=weights)
         terms = [BoundTerm("cut: the data owned inside the bottleneck cut must cross it",
-                           Fraction(1, n) / (cut.rate * GIGA), _cut_latency_s(topology, cut, net))]
-        reach = _reach_s(topology, all_ranks, all_ranks)
+                           Fraction(1, n if weights is None else sum(weights)) / (cut.rate * GIGA),
+                           _cut_latency_s(topology, cut, net))]
+        owners = all_ranks if weights is None else [r for r in all_ranks if weights[r]]
+        reach = _reach_s(topology, owners, all_ranks) if not reverse else _reach_s(topology, all_ranks, owners)
     elif kind in (Kind.BROADCAST, Kind.REDUCE):
         reverse = kind == Kind.REDUCE
         cut, net = _cut(topology, reverse=reverse, root=root)

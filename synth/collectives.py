@@ -9,6 +9,10 @@ The verifier and every algorithm read these same definitions.
   at the end every rank holds every chunk with its owner's value.
 - reducescatter: every rank holds its own contribution {r} to every chunk; at the end rank
   ``owner(c)`` holds chunk c with every contribution exactly once.
+- allgatherv and reduce-scatterv (allgather and reducescatter with ``shards``, uneven shards): rank r owns
+  ``shards[r]`` consecutive chunk ids (rank 0's first; a rank may own none), C = their sum; otherwise as
+  allgather and reducescatter. A message of ``size`` bytes is the whole gathered buffer, so a chunk is
+  size/C bytes and rank r's shard size x shards[r] / C.
 - allreduce: as reducescatter, but at the end every rank holds every chunk fully reduced.
 - alltoall: rank r's input is C chunks (C a multiple of N); global chunk id ``r*C + c`` starts at r and
   must end at rank ``c // (C/N)``.
@@ -24,6 +28,7 @@ The verifier and every algorithm read these same definitions.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -91,6 +96,23 @@ class Collective:
     root: int | None = None
     #: alltoallv only: the N x N matrix of chunk counts (rank s sends ``demand[s][d]`` chunks to rank d).
     demand: tuple[tuple[int, ...], ...] | None = None
+    #: allgather and reducescatter only: the chunks each rank owns (uneven shards); None: C/N each.
+    shards: tuple[int, ...] | None = None
+
+    @classmethod
+    def uneven(cls, kind: Kind, shards: Sequence[int]) -> Collective:
+        """allgatherv or reduce-scatterv: rank r owns ``shards[r]`` chunks (chunks = their sum); equal
+        shards give the plain collective (``shards`` None).
+
+        >>> coll = Collective.uneven(Kind.ALLGATHER, [1, 3, 0])
+        >>> coll.chunks, [coll.owner(c) for c in range(4)], list(coll.owned(1))
+        (4, [0, 1, 1, 1], [1, 2, 3])
+        >>> Collective.uneven(Kind.ALLGATHER, [2, 2]).shards is None
+        True
+        """
+        counts = check_shards(shards, len(shards) if isinstance(shards, Sequence) else 0)
+        even = len(set(counts)) == 1
+        return cls(kind, len(counts), sum(counts), shards=None if even else counts)
 
     @classmethod
     def alltoallv(cls, demand: Sequence[Sequence[int]]) -> Collective:
@@ -111,6 +133,8 @@ class Collective:
     def __post_init__(self) -> None:
         if self.kind == Kind.ALLTOALLV or self.demand is not None:
             self._check_demand()
+        if self.shards is not None:
+            self._check_shards()
         for name in ("num_ranks", "chunks", "root"):
             value = getattr(self, name)
             if not (isinstance(value, int) and not isinstance(value, bool)) and not (name == "root" and value is None):
@@ -120,7 +144,7 @@ class Collective:
             raise InputError("", "ranks", f"a collective needs at least 2 ranks, got {self.num_ranks}")
         if self.chunks < 1:
             raise InputError("", "chunks", f"expected at least 1 chunk, got {self.chunks}")
-        if self.kind in OWNED and self.chunks % self.num_ranks:
+        if self.kind in OWNED and self.shards is None and self.chunks % self.num_ranks:
             raise InputError("", "chunks", f"{self.kind} needs chunks to be a multiple of the rank count "
                              f"{self.num_ranks}, got {self.chunks}")
         if self.kind in ROOTED:
@@ -144,6 +168,32 @@ class Collective:
         total = sum(map(sum, matrix))
         if self.chunks != total:
             raise InputError("", "chunks", f"alltoallv chunks must be the demand's total {total}, got {self.chunks}")
+
+    def _check_shards(self) -> None:
+        if self.kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+            raise InputError("", "shards", f"{self.kind} takes no shards (only allgather and reducescatter do)")
+        counts = check_shards(self.shards, self.num_ranks)
+        if counts != self.shards:
+            raise InputError("", "shards", "expected a tuple of ints (use Collective.uneven)")
+        if self.chunks != sum(counts):
+            raise InputError("", "chunks", f"uneven shards need chunks to be the shards' total {sum(counts)}, "
+                             f"got {self.chunks}")
+
+    @cached_property
+    def _shard_starts(self) -> list[int]:
+        """The first chunk id each rank owns, and the total at the end (owned collectives)."""
+        if self.shards is None:
+            per = self.chunks // self.num_ranks
+            return [rank * per for rank in range(self.num_ranks + 1)]
+        starts = [0]
+        for count in self.shards:
+            starts.append(starts[-1] + count)
+        return starts
+
+    def owned(self, rank: int) -> range:
+        """allgather and reducescatter: the chunk ids ``rank`` owns (its shard)."""
+        starts = self._shard_starts
+        return range(starts[rank], starts[rank + 1])
 
     @cached_property
     def _starts(self) -> list[int]:
@@ -175,7 +225,9 @@ class Collective:
 
     @property
     def chunks_per_rank(self) -> int:
-        """C/N for owned collectives."""
+        """C/N for owned collectives with even shards (with uneven ones, see :meth:`owned`)."""
+        if self.shards is not None:
+            raise ValueError("uneven shards have no one count of chunks per rank; use owned(rank)")
         return self.chunks // self.num_ranks
 
     @property
@@ -189,6 +241,8 @@ class Collective:
             return self._pair_of(chunk)[1]
         if self.kind == Kind.ALLTOALL:
             return (chunk % self.chunks) // self.chunks_per_rank
+        if self.shards is not None:
+            return bisect.bisect_right(self._shard_starts, chunk) - 1
         return chunk // self.chunks_per_rank
 
     def origin(self, chunk: int) -> int:
@@ -201,8 +255,7 @@ class Collective:
         """The (chunk, value) cells a rank holds before the collective starts."""
         bit = 1 << rank
         if self.kind == Kind.ALLGATHER:
-            per = self.chunks_per_rank
-            for chunk in range(rank * per, (rank + 1) * per):
+            for chunk in self.owned(rank):
                 yield chunk, bit
         elif self.kind == Kind.ALLTOALL:
             for chunk in range(rank * self.chunks, (rank + 1) * self.chunks):
@@ -237,8 +290,7 @@ class Collective:
             for chunk in range(self.chunks):
                 yield chunk, 1 << self.root  # type: ignore[operator]
         elif self.kind == Kind.REDUCESCATTER:
-            per = self.chunks_per_rank
-            for chunk in range(rank * per, (rank + 1) * per):
+            for chunk in self.owned(rank):
                 yield chunk, self.full_mask
         elif self.kind == Kind.ALLREDUCE:
             for chunk in range(self.chunks):
@@ -287,3 +339,77 @@ def check_demand(demand: object, source: str = "", field: str = "demand") -> tup
     if not any(map(any, rows)):
         raise InputError(source, field, "every entry is 0: the demand moves nothing")
     return tuple(rows)
+
+
+#: Most units uneven shards may have in lowest terms (their sum over their gcd).
+MAX_SHARD_WEIGHT = 1 << 16
+#: Most chunks uneven shards may name in all (each is a chunk id of the schedule).
+MAX_SHARD_CHUNKS = 1 << 24
+
+
+def check_shards(shards: object, num_ranks: int, source: str = "", field: str = "shards") -> tuple[int, ...]:
+    """``shards`` as a tuple of chunk counts, one per rank (whole numbers, at least 0, not all 0, at most
+    :data:`MAX_SHARD_CHUNKS` in all), or an :class:`InputError` naming ``field``."""
+    if num_ranks < 2:
+        raise InputError(source, field, f"a collective needs at least 2 ranks, got {num_ranks}")
+    counts = _checked_counts(shards, num_ranks, source, field)
+    total = sum(counts)
+    if total > MAX_SHARD_CHUNKS:
+        raise InputError(source, field, f"the shards name {total:,} chunks, over the {MAX_SHARD_CHUNKS:,} allowed; "
+                         "give them as small relative weights")
+    return counts
+
+
+def shard_weights(shards: object, num_ranks: int, source: str = "", field: str = "shards") -> tuple[int, ...] | None:
+    """Uneven shards as the smallest whole weights in the same proportions (divided by their gcd), or None
+    when every shard is the same size (the plain collective). ``shards`` is one size per rank: chunks,
+    bytes or relative weights, at least 0 and not all 0.
+
+    >>> shard_weights([2, 6, 4, 0], 4), shard_weights([3, 3], 2)
+    ((1, 3, 2, 0), None)
+    """
+    if isinstance(shards, str):
+        shards = _shard_list(shards, source, field)
+    counts = _checked_counts(shards, num_ranks, source, field)
+    if len(set(counts)) == 1:
+        return None
+    divisor = math.gcd(*counts)
+    weights = tuple(count // divisor for count in counts)
+    if sum(weights) > MAX_SHARD_WEIGHT:
+        raise InputError(source, field, f"the shards in lowest terms are {sum(weights):,} units in all, over the "
+                         f"{MAX_SHARD_WEIGHT:,} allowed (each unit is at least one chunk, forest packs trees per "
+                         "unit); round them to fewer distinct sizes")
+    return check_shards(weights, num_ranks, source, field)
+
+
+def _shard_list(text: str, source: str, field: str) -> list[int]:
+    """``"1,2,0,4"`` or ``"1MiB,512KiB"`` as a list of ints (bytes where a unit is given), or an
+    :class:`InputError` naming the entry."""
+    from synth.units import parse_size
+
+    values = []
+    for index, part in enumerate(text.split(",")):
+        item = part.strip()
+        try:
+            values.append(int(item))
+        except ValueError:
+            try:
+                values.append(parse_size(item, f"{field}[{index}]"))
+            except InputError:
+                raise InputError(source, f"{field}[{index}]", f"expected a whole number or a size such as 1MiB, "
+                                 f"got {item!r}") from None
+    return values
+
+
+def _checked_counts(shards: object, num_ranks: int, source: str, field: str) -> tuple[int, ...]:
+    """One whole number at least 0 per rank, not all 0 (any size: :func:`check_shards` caps the total)."""
+    if not isinstance(shards, Sequence) or isinstance(shards, str):
+        raise InputError(source, field, f"expected a list of shard sizes, one per rank, got {type(shards).__name__}")
+    if len(shards) != num_ranks:
+        raise InputError(source, field, f"expected {num_ranks} shard sizes (one per rank), got {len(shards)}")
+    for rank, count in enumerate(shards):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InputError(source, f"{field}[{rank}]", f"expected a whole number at least 0, got {count!r}")
+    if not any(shards):
+        raise InputError(source, field, "every shard is empty: the collective moves nothing")
+    return tuple(shards)

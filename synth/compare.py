@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -79,20 +80,21 @@ class Skipped:
     reason: str
 
 
-def lower_bound(topology: Topology, kind: Kind, demand: Any = None) -> TimeBound | None:
+def lower_bound(topology: Topology, kind: Kind, demand: Any = None, shards: Any = None) -> TimeBound | None:
     """The topology's proven lower bound on time for ``kind`` (:func:`synth.bounds.time_bound`; alltoallv
-    for ``demand``), or None when none can be computed (a limit, an LP failure)."""
+    for ``demand``, allgather and reduce-scatter for uneven ``shards``), or None when none can be computed
+    (a limit, an LP failure)."""
     from synth.bounds import time_bound
 
     try:
-        return time_bound(topology, kind, demand=demand)
+        return time_bound(topology, kind, demand=demand, shards=shards)
     except SynthError:
         return None
 
 
-def bandwidth_bound(topology: Topology, kind: Kind, demand: Any = None) -> float | None:
+def bandwidth_bound(topology: Topology, kind: Kind, demand: Any = None, shards: Any = None) -> float | None:
     """The largest algbw (GB/s) any schedule of ``kind`` reaches on ``topology`` at large sizes, or None."""
-    bound = lower_bound(topology, kind, demand)
+    bound = lower_bound(topology, kind, demand, shards)
     return None if bound is None else bound.bandwidth_algbw_GBps()
 
 
@@ -216,7 +218,7 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
             options: dict[str, dict[str, object]] | None = None, model: str = "flow",
             progress: Callable[[str], None] | None = None, include_slow: bool = True,
             keep_going: bool = False, plan: PlanOptions | None = None, demand: Any = None,
-            ) -> tuple[list[Row], list[Skipped], dict[tuple[Any, ...], Schedule]]:
+            shards: Any = None) -> tuple[list[Row], list[Skipped], dict[tuple[Any, ...], Schedule]]:
     """Synthesize, verify and evaluate every applicable algorithm for each collective and size.
 
     Every schedule is evaluated by :func:`synth.evaluate.evaluate_sizes` under the same plan rule
@@ -229,7 +231,9 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
     synthesized once. A row's ``synthesis_s`` is the time to make the schedule it was measured on.
 
     ``demand`` (alltoallv; a Demand, its chunks or a chunk-count matrix, default 1 chunk per pair) is
-    passed to every algorithm's alltoallv and to its bound.
+    passed to every algorithm's alltoallv and to its bound; ``shards`` (uneven shards, one size per rank) to
+    every algorithm's allgather and reduce-scatter that takes them (the others are skipped, saying so) and
+    to their bound.
 
     ``include_slow=False`` leaves out slow solvers (:attr:`~synth.algorithms.Algorithm.slow`) unless
     named in ``algorithms``; ``keep_going=True`` records an algorithm that fails with a
@@ -245,7 +249,8 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
     sizes = list(sizes)
     wanted = set(algorithms) if algorithms is not None else None
     for kind in kinds:
-        bound = lower_bound(topology, kind, demand if kind == Kind.ALLTOALLV else None)
+        sharded = shards is not None and kind in (Kind.ALLGATHER, Kind.REDUCESCATTER)
+        bound = lower_bound(topology, kind, demand if kind == Kind.ALLTOALLV else None, shards if sharded else None)
         for algorithm in available(kind):
             if wanted is not None and algorithm.name not in wanted:
                 continue
@@ -256,6 +261,11 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
             user = dict((options or {}).get(algorithm.name, {}))
             if kind == Kind.ALLTOALLV and demand is not None:
                 user.setdefault("demand", demand)
+            if sharded:
+                if "shards" not in inspect.signature(algorithm.load()).parameters:
+                    skipped.append(Skipped(algorithm.name, kind.value, f"{algorithm.name} takes no uneven shards"))
+                    continue
+                user.setdefault("shards", shards)
             per_size = algorithm.size_sensitive and "size" not in user
             groups = [[size] for size in sizes] if per_size else [sizes]
             reasons: set[str] = set()

@@ -26,7 +26,12 @@ its deps alone, with or without switch ops. A schedule without switch ops is wri
 
 Alltoallv (``synth.schedule/3``): the header's ``demand`` is the N x N matrix of chunk counts (rank s sends
 ``demand[s][d]`` chunks to rank d, ids pair by pair in (src, dst) order; ``chunks`` is its total), read
-only in ``/3`` and required there for an alltoallv; an alltoallv schedule is always written as ``/3``.
+only in ``/3`` and ``/4`` and required there for an alltoallv; an alltoallv schedule is written as ``/3``.
+
+Uneven shards (``synth.schedule/4``: allgatherv and reduce-scatterv): the header's ``shards`` lists the
+chunks each rank owns (rank 0's ids first; ``chunks`` is their total). ``/4`` is ``/3`` with that field, read
+only there, and the format every schedule with shards is written in; every other schedule is written as
+before.
 """
 
 from __future__ import annotations
@@ -38,15 +43,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from synth.collectives import Collective, Kind, check_demand, parse_kind
+from synth.collectives import Collective, Kind, check_demand, check_shards, parse_kind
 from synth.errors import InputError, excerpt
 from synth.topology import read_document
 
 FORMAT = "synth.schedule/2"
 #: The format of a schedule with in-switch operations (``switch_ops``); ``/2`` files are ``/3`` files without.
 SWITCH_FORMAT = "synth.schedule/3"
+#: The format of a schedule with uneven shards (``shards``); ``/3`` files are ``/4`` files without.
+SHARDS_FORMAT = "synth.schedule/4"
 #: Formats read (older versions are a subset of the current one).
-READ_FORMATS = ("synth.schedule/1", FORMAT, SWITCH_FORMAT)
+READ_FORMATS = ("synth.schedule/1", FORMAT, SWITCH_FORMAT, SHARDS_FORMAT)
+#: Formats that may carry switch ops and an alltoallv demand.
+_SWITCH_FORMATS = (SWITCH_FORMAT, SHARDS_FORMAT)
+
+
+def format_of(collective: Collective, switch_ops: bool = False) -> str:
+    """The format a schedule is written in: ``/4`` with uneven shards, ``/3`` with switch ops or an
+    alltoallv demand, else ``/2``."""
+    if collective.shards is not None:
+        return SHARDS_FORMAT
+    return SWITCH_FORMAT if switch_ops or collective.demand is not None else FORMAT
 COPY: Final = "copy"
 REDUCE: Final = "reduce"
 #: Kinds of in-switch operation.
@@ -187,8 +204,8 @@ class Schedule:
 
     @property
     def format(self) -> str:
-        """``synth.schedule/3`` when the schedule has switch ops or an alltoallv demand, else ``/2``."""
-        return SWITCH_FORMAT if self.switch_ops or self.collective.demand is not None else FORMAT
+        """The schedule's format (:func:`format_of`)."""
+        return format_of(self.collective, bool(self.switch_ops))
 
     def legs(self) -> tuple[list[list[int]], list[list[int]]]:
         """The ids of each switch op's input legs and output legs, in transfer order.
@@ -262,7 +279,7 @@ class Schedule:
         head = header_dict(self)
         if not self.switch_ops:
             return {**head, "transfers": [_transfer_dict(t) for t in self.transfers]}
-        head["format"] = SWITCH_FORMAT
+        head["format"] = format_of(self.collective, True)
         return {**head, "switch_ops": [op.to_dict() for op in self.switch_ops],
                 "transfers": [_transfer_dict(t) for t in self.transfers]}
 
@@ -271,12 +288,7 @@ class Schedule:
         data = self.to_dict()
         transfers = data.pop("transfers")
         switch_ops = data.pop("switch_ops", None)
-        demand = data.get("demand")
-        if demand is not None:  # one matrix row per line
-            data["demand"] = "@demand@"
-        head = json.dumps(data, indent=1, sort_keys=False)
-        if demand is not None:
-            head = head.replace('"@demand@"', "[\n  " + ",\n  ".join(json.dumps(row) for row in demand) + "\n ]", 1)
+        head = compact_header(data)
         if switch_ops is not None:
             ops = ",\n  ".join(json.dumps(op, separators=(",", ":")) for op in switch_ops)
             head = head[:-2] + ',\n "switch_ops": [\n  ' + ops + "\n ]\n}"
@@ -293,8 +305,9 @@ class Schedule:
             raise InputError(source, "", "expected a JSON object at the top level")
         fmt = data.get("format")
         if fmt not in READ_FORMATS:
-            raise InputError(source, "format", f"expected {FORMAT!r}, {SWITCH_FORMAT!r} (with switch ops) or the "
-                             f"older {READ_FORMATS[0]!r}, got {excerpt(repr(fmt))}")
+            raise InputError(source, "format", f"expected {FORMAT!r}, {SWITCH_FORMAT!r} (with switch ops), "
+                             f"{SHARDS_FORMAT!r} (with shards) or the older {READ_FORMATS[0]!r}, "
+                             f"got {excerpt(repr(fmt))}")
         head = read_header(data, "transfers", source, fmt)
         collective, ranks = head.collective, head.ranks
         raw = data["transfers"]
@@ -404,14 +417,18 @@ def read_header(data: dict[str, Any], body: str, source: str, fmt: str | None = 
     if root is not None and not _is_int(root):
         raise InputError(source, "root", f"expected a rank number or null, got {root!r}")
     demand = data.get("demand")
-    if demand is not None and fmt != SWITCH_FORMAT:
+    if demand is not None and fmt not in _SWITCH_FORMATS:
         raise InputError(source, "demand", f"an alltoallv demand needs format {SWITCH_FORMAT!r}, got {fmt!r}")
+    shards = data.get("shards")
+    if shards is not None and fmt != SHARDS_FORMAT:
+        raise InputError(source, "shards", f"uneven shards need format {SHARDS_FORMAT!r}, got {fmt!r}")
     if (demand is None) == (kind == Kind.ALLTOALLV):
         raise InputError(source, "demand", "alltoallv needs a demand (the matrix of chunk counts)" if demand is None
                          else f"{kind} takes no demand (only alltoallv does)")
     try:
         collective = Collective(kind, num_ranks=len(ranks), chunks=chunks, root=root,
-                                demand=None if demand is None else check_demand(demand, source))
+                                demand=None if demand is None else check_demand(demand, source),
+                                shards=None if shards is None else check_shards(shards, len(ranks), source))
     except InputError as error:
         raise InputError(source, error.field, error.problem) from None
     params = data.get("params", {})
@@ -428,8 +445,9 @@ def read_header(data: dict[str, Any], body: str, source: str, fmt: str | None = 
 def header_dict(schedule: Any) -> dict[str, Any]:
     """The header fields of a schedule object (any form), in documented order."""
     demand = schedule.collective.demand
+    shards = schedule.collective.shards
     return {
-        "format": FORMAT if demand is None else SWITCH_FORMAT,
+        "format": format_of(schedule.collective),
         "collective": schedule.collective.kind.value,
         "root": schedule.collective.root,
         "topology": schedule.topology,
@@ -438,9 +456,26 @@ def header_dict(schedule: Any) -> dict[str, Any]:
         "ranks": list(schedule.ranks),
         "chunks": schedule.collective.chunks,
         **({"demand": [list(row) for row in demand]} if demand is not None else {}),
+        **({"shards": list(shards)} if shards is not None else {}),
         "algorithm": schedule.algorithm,
         "params": _jsonable(schedule.params),
     }
+
+
+def compact_header(data: dict[str, Any]) -> str:
+    """The header object as indented JSON, an alltoallv demand one matrix row per line and uneven shards on
+    one line."""
+    demand, shards = data.get("demand"), data.get("shards")
+    if demand is not None:
+        data = {**data, "demand": "@demand@"}
+    if shards is not None:
+        data = {**data, "shards": "@shards@"}
+    head = json.dumps(data, indent=1, sort_keys=False)
+    if demand is not None:
+        head = head.replace('"@demand@"', "[\n  " + ",\n  ".join(json.dumps(row) for row in demand) + "\n ]", 1)
+    if shards is not None:
+        head = head.replace('"@shards@"', json.dumps(shards), 1)
+    return head
 
 
 def _topology_source(data: dict[str, Any], source: str) -> tuple[str | None, str | None]:
@@ -487,7 +522,7 @@ def _read_switch_ops(data: dict[str, Any], fmt: str, chunk_ids: int, source: str
     raw = data.get("switch_ops")
     if raw is None:
         return ()
-    if fmt != SWITCH_FORMAT:
+    if fmt not in _SWITCH_FORMATS:
         raise InputError(source, "switch_ops", f"in-switch operations need format {SWITCH_FORMAT!r}, got {fmt!r}")
     if not isinstance(raw, list):
         raise InputError(source, "switch_ops", "expected a list")
@@ -534,7 +569,7 @@ def _read_leg(item: dict[str, Any], where: str, fmt: str, count: int, source: st
     for name in ("to_switch", "from_switch"):
         value = item.get(name)
         if value is not None:
-            if fmt != SWITCH_FORMAT:
+            if fmt not in _SWITCH_FORMATS:
                 raise InputError(source, f"{where}.{name}", f"legs of switch ops need format {SWITCH_FORMAT!r}")
             if not _is_int(value) or not 0 <= value < count:
                 span = f"a switch op id in 0..{count - 1}" if count else "no switch op id (switch_ops is empty)"

@@ -520,6 +520,8 @@ def _et_metadata(schedule: Schedule | TreeSchedule, count: int, size: int, messa
         metadata["root"] = coll.root
     if coll.demand is not None:  # alltoallv: the chunk-count matrix, in rank 0's file only (see encode_nodes)
         metadata["demand"] = json.dumps([list(row) for row in coll.demand])
+    if coll.shards is not None:  # allgatherv, reduce-scatterv: the chunks each rank owns
+        metadata["shards"] = json.dumps(list(coll.shards))
     if extras:
         metadata["ranks"] = list(schedule.ranks)
         metadata["params"] = json.dumps(_plain(schedule.params), sort_keys=True)

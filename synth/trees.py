@@ -58,9 +58,11 @@ from synth.schedule import (
     COPY,
     FORMAT,
     REDUCE,
+    SHARDS_FORMAT,
     Schedule,
     Transfer,
     _is_int,
+    compact_header,
     header_dict,
     read_header,
 )
@@ -190,7 +192,7 @@ class TreeSchedule:
 
     # ------------------------------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        """The documented ``synth.schedule/2`` object with a ``trees`` body."""
+        """The documented ``synth.schedule/2`` object (``/4`` with uneven shards) with a ``trees`` body."""
         return {
             **header_dict(self),
             "trees": {"paths": [list(p) for p in self.paths],
@@ -202,7 +204,7 @@ class TreeSchedule:
         """Deterministic JSON text: the header indented, one path and one tree per line."""
         data = self.to_dict()
         body = data.pop("trees")
-        head = json.dumps(data, indent=1)[:-2]
+        head = compact_header(data)[:-2]
         compact = {"separators": (",", ":")}
         paths = ",\n   ".join(json.dumps(p, **compact) for p in body["paths"])  # type: ignore[arg-type]
         phases = []
@@ -219,11 +221,13 @@ class TreeSchedule:
         a topology is :func:`synth.verify.verify_trees`'s question."""
         if not isinstance(data, dict):
             raise InputError(source, "", "expected a JSON object at the top level")
-        if data.get("format") != FORMAT:
-            raise InputError(source, "format", f"the trees form needs format {FORMAT!r}, got {data.get('format')!r}")
+        fmt = data.get("format")
+        if fmt not in (FORMAT, SHARDS_FORMAT):
+            raise InputError(source, "format", f"the trees form needs format {FORMAT!r} ({SHARDS_FORMAT!r} with "
+                             f"uneven shards), got {excerpt(repr(fmt))}")
         if "transfers" in data:
             raise InputError(source, "transfers", "a schedule has either 'transfers' or 'trees', not both")
-        head = read_header(data, "trees", source)
+        head = read_header(data, "trees", source, fmt)
         collective, ranks = head.collective, head.ranks
         from synth import limits
 

@@ -169,7 +169,7 @@ def _check_roots(form: TreeSchedule, number: int, root_of: np.ndarray, reduced_a
     elif kind == Kind.ALLREDUCE:
         return
     else:
-        wanted = np.arange(len(root_of)) // collective.chunks_per_rank
+        wanted = np.repeat(np.arange(collective.num_ranks), [len(collective.owned(r)) for r in range(collective.num_ranks)])
         need = "its owner"
     wrong = np.flatnonzero(root_of != wanted)
     if wrong.size:

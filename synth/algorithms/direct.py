@@ -8,14 +8,15 @@ so it forwards what it received (each rank still receives each chunk once: per o
 a shortest-path tree); for alltoall the chunk passes through a scratch slot of each relay.
 
 Alltoallv (``demand=``, see :mod:`synth.demand`) is NCCL's grouped send/receive: every pair's chunks go
-straight along its route, all at once, exactly as for alltoall.
+straight along its route, all at once, exactly as for alltoall. Allgatherv (``shards=``, uneven shards):
+each rank's shard goes straight to every other rank, as for allgather.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from synth.algorithms.utils import alltoallv_collective, make_collective, send
+from synth.algorithms.utils import alltoallv_collective, make_collective, send, sharded_collective
 from synth.collectives import Kind
 from synth.errors import NotApplicable
 from synth.routing import relay_chain, route
@@ -24,9 +25,11 @@ from synth.topology import Topology
 
 
 def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
-           demand: Any = None) -> Schedule:
+           demand: Any = None, shards: Any = None) -> Schedule:
     """Direct allgather, alltoall or alltoallv; transfers start at once (no deps) except relays' onward
     copies. ``demand`` (alltoallv only): a Demand, its chunks or a chunk-count matrix; default 1 per pair.
+    ``shards`` (allgather only): each rank's shard size (uneven shards, allgatherv); ``chunks`` then counts
+    every chunk, a multiple of the shards' weights (default one chunk per unit of weight).
 
     Examples
     --------
@@ -38,6 +41,8 @@ def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     (56, 24)
     >>> len(direct(load_topology("switch:n=3"), Kind.ALLTOALLV, demand=[[0, 2, 0], [1, 0, 0], [0, 0, 0]]).transfers)
     3
+    >>> direct(load_topology("switch:n=3"), Kind.ALLGATHER, shards=[2, 0, 4]).collective.shards  # over their gcd
+    (1, 0, 2)
     """
     n = topology.num_ranks
     if kind == Kind.ALLTOALLV:
@@ -50,9 +55,14 @@ def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
         return builder.build()
     if demand is not None:
         raise NotApplicable(f"a demand is for alltoallv, not {kind}")
-    coll = make_collective(topology, kind, chunks, root, default_chunks=n)
-    builder = ScheduleBuilder(coll, topology.name, topology.gpus, "direct", {"chunks": coll.chunks})
-    per = coll.chunks_per_rank
+    if shards is not None and kind != Kind.ALLGATHER:
+        raise NotApplicable(f"direct takes uneven shards for allgather only, not {kind}")
+    coll = sharded_collective(topology, kind, shards, chunks, root) or make_collective(topology, kind, chunks, root,
+                                                                                       default_chunks=n)
+    params: dict[str, Any] = {"chunks": coll.chunks}
+    if coll.shards is not None:
+        params["shards"] = list(coll.shards)
+    builder = ScheduleBuilder(coll, topology.name, topology.gpus, "direct", params)
     for src in range(n):
         if kind == Kind.ALLGATHER:
             # relay chains from one source are prefix-closed: receive from the last relay, which got it first
@@ -61,10 +71,11 @@ def direct(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
             for chain in chains:
                 sender, dst = chain[-2], chain[-1]
                 path = route(topology, sender, dst)
-                for local in range(src * per, (src + 1) * per):
+                for local in coll.owned(src):
                     deps = [arrival[(sender, local)]] if sender != src else []
                     arrival[(dst, local)] = builder.add(sender, dst, local, path, "copy", deps)  # type: ignore[arg-type]
         else:
+            per = coll.chunks_per_rank
             for dst in range(n):
                 if dst != src:
                     for local in range(dst * per, (dst + 1) * per):

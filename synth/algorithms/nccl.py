@@ -117,9 +117,10 @@ from synth.algorithms.tree import (
     STEP_BYTES,
     chunks_for_size,
     double_binary_tree,
+    grouped_chains,
     tree_schedule,
 )
-from synth.collectives import Kind
+from synth.collectives import Collective, Kind, shard_weights
 from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule
 from synth.topology import Topology
@@ -744,7 +745,7 @@ def parse_version(version: str | float) -> str:
 
 def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int | str | None = None,
          arch: str = "auto", algo: str = "auto", proto: str = "auto", version: str = DEFAULT_VERSION,
-         demand: Any = None) -> Schedule:
+         demand: Any = None, shards: Any = None) -> Schedule:
     """The schedule NCCL would run for ``kind`` at ``size`` bytes (see the module docstring).
 
     Parameters
@@ -764,6 +765,15 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
         as ``NCCL_ALGO`` and ``NCCL_PROTO`` force them.
     version : str
         The NCCL release whose rules apply: ``2.23`` (default, v2.23.4-1) or ``2.16`` (v2.16.5-1).
+    demand : optional
+        alltoallv: the demand (NCCL's grouped send/receive).
+    shards : optional
+        allgather and reducescatter: uneven shards, one size per rank (allgatherv, reduce-scatterv). NCCL
+        has no such call; PyTorch's ``all_gather`` of unequal sizes runs one ``ncclBroadcast`` per rank in
+        one group (ProcessGroupNCCL's ``_broadcast_oop``, coalesced), and so this schedule does: each rank's
+        shard down a chain along every channel's ring from it (reduce-scatterv: one ``ncclReduce`` into
+        each rank), the ranks' operations one after another on each channel; the protocol and channels are
+        NCCL's choice for the broadcast (reduce) of the largest shard.
 
     Examples
     --------
@@ -798,6 +808,9 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
         return _alltoall(topology, size_bytes, protocol, params, kind, demand)
     if demand is not None:
         raise NotApplicable(f"a demand is for alltoallv, not {kind}")
+    weights = None if shards is None else _nccl_shards(kind, shards, topology.num_ranks, root)
+    if weights is not None:
+        return _grouped(topology, kind, weights, size_bytes, algorithm, protocol, gpu, cpu, key, params)
 
     machine, rings, boxes, nvls_switches = _machine(topology, kind, gpu, cpu, key)
     graph_params: dict[str, Any] = {"rings": len(rings), "ring": machine.ring.to_dict(), "tree": machine.tree.to_dict()}
@@ -838,6 +851,48 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
                       boxes, machine, params)
     return schedule
+
+
+def _nccl_shards(kind: Kind, shards: Any, num_ranks: int, root: int | None) -> tuple[int, ...] | None:
+    """Uneven shards' weights (None when they are even), refused for other collectives."""
+    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
+    if root is not None:
+        raise InputError("", "root", f"{kind} takes no root")
+    return shard_weights(shards, num_ranks)
+
+
+#: Most chunks per chain a rank's shard is cut into by default (as for NCCL's own broadcast chains).
+GROUPED_CHAIN_CHUNKS = 64
+
+
+def _grouped(topology: Topology, kind: Kind, weights: tuple[int, ...], size: int | None, algorithm: str,
+             protocol: str, gpu: str, cpu: str, key: str, params: dict[str, Any]) -> Schedule:
+    """Allgatherv / reduce-scatterv as PyTorch runs it on NCCL: a group of broadcasts (reduces), one per rank
+    (see :func:`nccl`'s ``shards``)."""
+    single = Kind.BROADCAST if kind == Kind.ALLGATHER else Kind.REDUCE
+    if algorithm not in ("auto", RING):
+        raise NotApplicable(f"NCCL runs {single} with its ring only, not {algorithm}")
+    machine, rings, _, _ = _machine(topology, single, gpu, cpu, key)
+    total = sum(weights)
+    whole = size if size is not None else 1 << 30
+    largest = max(1, whole * max(weights) // total)
+    best, _ = choose(single, machine, largest, algorithm, protocol)
+    channels = channels_at(machine, best.algorithm, best.protocol, largest)
+    unit_per_channel = whole / total / channels
+    per_unit = max(1, min(max(1, GROUPED_CHAIN_CHUNKS // max(weights)),
+                          math.ceil(unit_per_channel / CHAIN_CHUNK_BYTES[best.protocol])))
+    collective = Collective.uneven(kind, [w * per_unit * channels for w in weights])
+    chains = [[_chain(rings[j % len(rings)], rank) for j in range(channels)] for rank in range(topology.num_ranks)]
+    params.update(nodes=machine.nodes, chunks=collective.chunks, shards=list(weights),
+                  graph={"rings": len(rings), "ring": machine.ring.to_dict()},
+                  choice={"algorithm": RING, "protocol": best.protocol, "channels": channels,
+                          "version": params["nccl_version"],
+                          "reason": f"PyTorch's {kind} of unequal shards: one {single} per rank in one group; "
+                                    f"NCCL's choice for the largest shard's {single} ({largest:,} bytes): "
+                                    f"ring/{best.protocol} on {channels} channels"},
+                  plan={"protocol": best.protocol})
+    return grouped_chains(topology, collective, chains, "nccl", params)
 
 
 def _machine(topology: Topology, kind: Kind, gpu: str, cpu: str,

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from synth.algorithms.binomial import binomial_edges
 from synth.algorithms.utils import OrderedBuilder, make_collective, relay_free_mapping, send
-from synth.collectives import Kind
+from synth.collectives import Collective, Kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule
 from synth.topology import Topology
@@ -228,6 +228,43 @@ def tree_schedule(topology: Topology, kind: Kind, trees: list[list[int | None]],
         for local in range(chunks_per_tree):
             _add_tree_chunk(adder, parents, index * chunks_per_tree + local, index,
                             up=kind != Kind.BROADCAST, down=kind != Kind.REDUCE)
+    return builder.build()
+
+
+def grouped_chains(topology: Topology, collective: Collective, chains: Sequence[Sequence[list[int | None]]],
+                   algorithm: str, params: dict[str, object]) -> Schedule:
+    """One broadcast (allgatherv) or reduce (reduce-scatterv) per rank of its shard, all in one group: rank
+    r's chunks (:meth:`~synth.collectives.Collective.owned`) are dealt in equal consecutive blocks to the
+    trees ``chains[r]`` (one per channel, each rooted at r) and pipelined down them (or reduced up them into
+    r). The ranks' operations share each channel's connections in rank order, one after another, as the
+    operations of one group run on a channel.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.collectives import Collective
+    >>> coll = Collective.uneven(Kind.ALLGATHER, [2, 0, 1])
+    >>> chain = lambda root: [[None if r == root else (r - 1) % 3 for r in range(3)]]
+    >>> s = grouped_chains(load_topology("ring:n=3"), coll, [chain(r) for r in range(3)], "demo", {})
+    >>> len(s.transfers)  # 3 chunks, each down a chain of 2 links
+    6
+    """
+    if collective.kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        raise NotApplicable(f"grouped chains do allgather and reducescatter, not {collective.kind}")
+    builder = OrderedBuilder(collective, topology.name, topology.gpus, algorithm, params)
+    adder = _TreeBuilder(builder, topology, list(range(topology.num_ranks)))
+    gather = collective.kind == Kind.ALLGATHER
+    for root, trees in enumerate(chains):
+        owned = collective.owned(root)
+        if not owned:
+            continue
+        if any(parents[root] is not None for parents in trees) or len(owned) % len(trees):
+            raise InputError("", "chains", f"rank {root}'s {len(owned)} chunks need trees rooted at it, a whole "
+                             "number of chunks each")
+        per_tree = len(owned) // len(trees)
+        for channel, parents in enumerate(trees):
+            for chunk in owned[channel * per_tree:(channel + 1) * per_tree]:
+                _add_tree_chunk(adder, parents, chunk, channel, up=not gather, down=gather)
     return builder.build()
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from synth.collectives import ROOTED, Collective, Kind
+from synth.collectives import ROOTED, Collective, Kind, shard_weights
 from synth.errors import InputError
 from synth.routing import chain_paths, neighbors, relay_chain
 from synth.schedule import ScheduleBuilder
@@ -56,6 +56,32 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
 
     limits.check_transfers(limits.min_transfers(kind, n, chunks), f"{kind} on {n} gpus with {chunks} chunks")
     return collective
+
+
+def sharded_collective(topology: Topology, kind: Kind, shards: Any, chunks: int | None = None,
+                       root: int | None = None) -> Collective | None:
+    """The allgatherv or reduce-scatterv :class:`Collective` of ``shards`` (one size per rank, any unit:
+    :func:`synth.collectives.shard_weights`), ``chunks`` in all (a multiple of the weights' sum, default
+    that sum: one chunk per unit of weight); None without shards or when they are all the same size."""
+    if shards is None:
+        return None
+    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
+    if root is not None:
+        raise InputError("", "root", f"{kind} takes no root")
+    weights = shard_weights(shards, topology.num_ranks)
+    if weights is None:
+        return None
+    total = sum(weights)
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1 or chunks % total):
+        raise InputError("", "chunks", f"uneven shards {list(weights)} need chunks to be a multiple of {total}, "
+                         f"got {chunks!r}")
+    per_unit = 1 if chunks is None else chunks // total
+    from synth import limits
+
+    limits.check_transfers(limits.min_transfers(kind, topology.num_ranks, total * per_unit),
+                           f"{kind} on {topology.num_ranks} gpus with {total * per_unit} chunks")
+    return Collective.uneven(kind, [w * per_unit for w in weights])
 
 
 def alltoallv_collective(topology: Topology, demand: Any, chunks: int | None = None, root: int | None = None

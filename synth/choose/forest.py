@@ -153,16 +153,17 @@ class ForestChoice:
         The choice's topology, collective and message size (bytes).
     search : Search
         Times, records and reports the candidates.
-    chunks, root, pipelined, symmetric, spread :
+    chunks, root, pipelined, symmetric, spread, shards :
         Forest's options (:func:`synth.algorithms.forest.forest`), the same for every candidate; ``spread``
         True makes every candidate spread (step 5 is then skipped).
     """
 
     def __init__(self, topology: Topology, kind: Kind, size: int, search: Search, *, chunks: int | None = None,
                  root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
-                 spread: bool = False) -> None:
+                 spread: bool = False, shards: Any = None) -> None:
         self.topology, self.kind, self.size, self.search = topology, kind, size, search
         self.chunks, self.root, self.pipelined, self.symmetric, self.spread = chunks, root, pipelined, symmetric, spread
+        self.shards = shards
         #: the schedule of each tree count built with the caller's splitting
         self.by_count: dict[int, Schedule] = {}
         #: the tree limit that built each count (None: the optimum)
@@ -177,7 +178,7 @@ class ForestChoice:
         return forest(self.topology, self.kind, chunks=self.chunks if limit is None else None, root=self.root,
                       max_trees_per_root=limit, pipelined=self.pipelined, symmetric=self.symmetric,
                       spread=self.spread if spread is None else spread, min_trees_per_root=min_trees,
-                      depth_pass_arcs=depth_pass_arcs)
+                      depth_pass_arcs=depth_pass_arcs, shards=self.shards)
 
     def measure(self, schedule: Schedule, variant: ForestVariant, cutoff: float | None, *,
                 limited: bool = True, required: bool = False) -> float | None:
@@ -407,7 +408,7 @@ class ForestChoice:
 def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunction | None = None,
            work_limit: int | None = None, chunks: int | None = None, root: int | None = None,
            max_trees_per_root: int | None = None, min_trees_per_root: int | None = None,
-           pipelined: bool = False, symmetric: bool | None = None, spread: bool = False,
+           pipelined: bool = False, symmetric: bool | None = None, spread: bool = False, shards: Any = None,
            **construction: Any) -> Schedule:
     """Forest's schedule for ``size`` bytes: the fastest candidate of the size choice (the module docstring).
 
@@ -416,7 +417,8 @@ def choose(topology: Topology, kind: Kind, size: int, *, progress: ProgressFunct
     ``progress`` receives an event (phase ``"size choice"``) per simulated or skipped candidate and one
     (``"done"``) with the choice. Forest's other options are passed on to every candidate.
     """
-    options: dict[str, Any] = dict(chunks=chunks, root=root, pipelined=pipelined, symmetric=symmetric, spread=spread)
+    options: dict[str, Any] = dict(chunks=chunks, root=root, pipelined=pipelined, symmetric=symmetric, spread=spread,
+                                   shards=shards)
     if (max_trees_per_root is not None or min_trees_per_root is not None) and not construction:
         schedule = forest(topology, kind, max_trees_per_root=max_trees_per_root,
                           min_trees_per_root=min_trees_per_root, depth_pass_arcs=SHALLOW_ARC_BUDGET, **options)

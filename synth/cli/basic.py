@@ -13,12 +13,14 @@ from synth.cli.common import (
     GROUP_HELP,
     JSON_OPTION,
     PROTOCOL_OPTION,
+    SHARDS_HELP,
     SIZE_HELP,
     SLICE_BYTES_OPTION,
     SLICES_OPTION,
     TOPOLOGY_HELP,
     WINDOW_OPTION,
     check_chunks,
+    check_takes_shards,
     console,
     demand_argument,
     fmt_time,
@@ -29,6 +31,7 @@ from synth.cli.common import (
     plan_options,
     print_json,
     schedule_topology,
+    shards_argument,
     shown,
     sizes_argument,
     table,
@@ -108,6 +111,7 @@ def generate(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="skip the verifier (not recommended)")] = False,
     compact: Annotated[bool, typer.Option("--compact", help="write the trees form (forest only): the trees and their chunks, no transfer records; for schedules past a few million transfers")] = False,
     group: Annotated[str | None, typer.Option("--group", "-g", help=GROUP_HELP)] = None,
+    shards: Annotated[str | None, typer.Option("--shards", help=SHARDS_HELP)] = None,
 ) -> None:
     """Synthesize a schedule, verify it, and write it as synth JSON."""
     from synth.choose import synthesize
@@ -126,6 +130,10 @@ def generate(
         options["chunks"] = chunks
     if root is not None:
         options["root"] = root
+    weights = shards_argument(shards, kind, topo)
+    if weights is not None:
+        check_takes_shards(algorithm)
+        options["shards"] = weights
     if compact:
         _generate_trees(topo, topology, kind, algorithm, options, output, no_verify)
         return
@@ -280,7 +288,9 @@ def evaluate_command(
         verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])
     results = evaluate_sizes(schedule, topo, sizes, model=model, options=options)
-    bound = lower_bound(topo, Kind(schedule.kind), getattr(getattr(schedule, "collective", None), "demand", None))
+    collective = getattr(schedule, "collective", None)
+    bound = lower_bound(topo, Kind(schedule.kind), getattr(collective, "demand", None),
+                        getattr(collective, "shards", None))
     if as_json:
         print_json([{**r.to_dict(), "bound_time_s": None if bound is None else bound.time(r.size),
                      "bound_label": None if bound is None else bound.label,

@@ -11,6 +11,7 @@ from synth.cli.common import (
     DEMAND_HELP,
     GROUP_HELP,
     JSON_OPTION,
+    SHARDS_HELP,
     TOPOLOGY_HELP,
     check_bound_work,
     console,
@@ -18,6 +19,7 @@ from synth.cli.common import (
     fmt_time,
     group_argument,
     print_json,
+    shards_argument,
     shown,
     table,
     topology_argument,
@@ -57,6 +59,7 @@ def bound(
                                    "(the max concurrent flow LP optimum beside the best cut bound) or alltoallv "
                                    "(the same for --demand)")] = "allgather",
     demand: Annotated[str | None, typer.Option("--demand", help=DEMAND_HELP)] = None,
+    shards: Annotated[str | None, typer.Option("--shards", help=SHARDS_HELP + " (-c allgather or reducescatter)")] = None,
     chunks: Annotated[int | None, typer.Option("--chunks", "-k", min=1,
                                                help="alltoallv: round the demand to this many chunks in all")] = None,
     no_switch_reduction: Annotated[bool, typer.Option(
@@ -71,7 +74,8 @@ def bound(
     proven allreduce ceiling that ``compare`` rates against), the (U, k) trees it needs, and
     the bottleneck cut: the gpus and switches whose egress links limit everyone ("why is my fabric slow").
     With ``--collective alltoall``: the optimal alltoall algbw (an LP) and the best cut bound beside it;
-    ``--collective alltoallv --demand FILE``: the same for that demand (algbw with n = the whole demand).
+    ``--collective alltoallv --demand FILE``: the same for that demand (algbw with n = the whole demand);
+    ``--shards`` (allgather or reducescatter): the exact optimum with those uneven shards and its cut.
     The bounds are for the fabric as described, switch capabilities included (the allreduce bound rises
     where switches reduce); ``--no-switch-reduction`` gives the passive-switch figures."""
     from synth.algorithms.forest.plan import unbalanced_switches
@@ -81,6 +85,11 @@ def bound(
     topo = topo.passive() if no_switch_reduction else topo
     kind = parse_kind(collective, field="--collective")
     chunked = demand_argument(demand, kind, topo, chunks)
+    weights = shards_argument(shards, kind, topo)
+    if weights is not None:
+        check_bound_work(topo, "the exact bound")
+        _sharded(topo, kind, weights, as_json)
+        return
     if kind == Kind.ALLTOALLV:
         check_bound_work(topo, "the alltoallv bound")
         _alltoallv(topo, chunked, demand, as_json)
@@ -154,6 +163,26 @@ def bound(
     for name, inward, outward in unbalanced_switches(topo)[:8]:
         console.print(f"[yellow]note[/yellow]: switch {shown(name)} receives {inward} GB/s but sends {outward} GB/s; "
                       "point-to-point trees cannot copy, so this bound may not be reachable")
+
+
+def _sharded(topo: Topology, kind: Kind, weights: tuple[int, ...], as_json: bool) -> None:
+    """``synth bound TOPO -c allgather --shards ...``: the exact optimum with uneven shards and its cut."""
+    from synth.bounds import shard_bound
+
+    result = shard_bound(topo, kind, weights)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    total = sum(weights)
+    rows = [[f"{kind} time per byte of the whole buffer", f"{result.seconds_per_byte} s/B",
+             f"{float(result.seconds_per_byte) * 1e12:.6g} ps/B"],
+            [f"{kind} algbw", f"{result.algbw_GBps:.2f} GB/s", f"shards {', '.join(map(str, weights))} (of {total})"],
+            ["bottleneck cut", _names(list(result.cut_gpus)),
+             f"{result.cut_weight}/{total} of the data behind {result.cut_egress_GBps} GB/s"]]
+    console.print(f"[bold]{shown(topo.name)}[/bold]: {topo.num_ranks} gpus, uneven shards (exact)")
+    console.print(table(None, ["quantity", "value", "detail"], rows))
+    side = "leave" if kind == Kind.ALLGATHER else "enter (on the reversed links)"
+    console.print(f"[dim]every byte owned by the cut's gpus must {side} it; `synth generate -a forest --shards` reaches it.[/dim]")
 
 
 def _allreduce_bound(topo: Topology) -> TimeBound | None:

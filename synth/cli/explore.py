@@ -16,6 +16,7 @@ from synth.cli.common import (
     JSON_OPTION,
     PROTOCOL_OPTION,
     QUIET_OPTION,
+    SHARDS_HELP,
     SIZE_HELP,
     SLICE_BYTES_OPTION,
     SLICES_OPTION,
@@ -39,6 +40,7 @@ from synth.cli.common import (
     print_json,
     progress_bar,
     schedule_topology,
+    shards_argument,
     shown,
     sizes_argument,
     table,
@@ -94,6 +96,7 @@ def compare(
     size: Annotated[list[str] | None, typer.Option("--size", "-s", help=SIZE_HELP + "; alltoallv: the whole "
                                                    "demand's bytes (default: a bytes demand's total)")] = None,
     demand: Annotated[str | None, typer.Option("--demand", help=DEMAND_HELP)] = None,
+    shards: Annotated[str | None, typer.Option("--shards", help=SHARDS_HELP)] = None,
     algorithm: Annotated[list[str] | None, typer.Option("--algorithm", "-a",
                          help="only these algorithms (repeatable); default every applicable one except slow "
                               "solver runs (milp)")] = None,
@@ -128,7 +131,13 @@ def compare(
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = group_argument(topology_argument(topology), group)
     check_bound_work(topo, "compare (the bounds and the tree packing)")
+    if shards is not None and not collective:
+        collective = ["allgather", "reducescatter"]  # the collectives uneven shards are for
     kinds, chunked, default_sizes = _compare_demand(collective, demand, topo)
+    weights = None
+    if shards is not None:
+        for kind in kinds:
+            weights = shards_argument(shards, kind, topo)
     sizes = sorted(set(sizes_argument(size, default_sizes)))
     for name in algorithm or []:
         if name not in REGISTRY:
@@ -147,13 +156,14 @@ def compare(
             check_interrupted()
 
         rows, skipped, _ = run_all(topo, kinds, sizes, algorithm, model=model, progress=step, include_slow=False,
-                                   keep_going=True, plan=plan_choice, demand=chunked)
+                                   keep_going=True, plan=plan_choice, demand=chunked, shards=weights)
     best = best_rows(rows)
     base = baselines(rows)
     base_names = sorted({row.algorithm for row in base.values()})
     if as_json:
         print_json({"topology": topo.name, "model": model,
-                    "bounds_GBps": {k.value: bandwidth_bound(topo, k, chunked) for k in kinds},
+                    "bounds_GBps": {k.value: bandwidth_bound(topo, k, chunked, weights if k in (
+                        Kind.ALLGATHER, Kind.REDUCESCATTER) else None) for k in kinds},
                     "baseline": [baseline_description(topo, name) for name in base_names],
                     "rows": [dict(r.to_dict(), best=(r.collective, r.size, r.algorithm) in best,
                                   baseline=base[(r.collective, r.size)].algorithm if (r.collective, r.size) in base

@@ -182,6 +182,10 @@ class _Lowering:
         if schedule.kind == Kind.ALLTOALL:
             raise NotApplicable("MSCCL++ plans from synth cover allgather, reducescatter, allreduce, broadcast and "
                                 "reduce; an alltoall's in-place form is not one buffer the plan can name")
+        if schedule.collective.shards is not None:
+            raise NotApplicable("MSCCL++ plans from synth name each rank's share of a buffer as one equal part; a "
+                                "schedule with uneven shards (allgatherv, reduce-scatterv) has none; use "
+                                "`synth export chakra` instead")
         if topology.num_ranks != self.n:
             raise InputError("", "topology", f"the schedule has {self.n} ranks, topology {topology.name!r} "
                              f"{topology.num_ranks}")

@@ -52,13 +52,13 @@ chosen by simulation in the selection layer, :mod:`synth.choose.forest`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
 from synth.algorithms.forest.packing import QUICK_SHALLOW_SHARE, SHALLOW_ARC_BUDGET
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
-from synth.collectives import Collective, Kind
+from synth.collectives import Collective, Kind, shard_weights
 from synth.errors import InputError, NotApplicable
 from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
@@ -162,6 +162,15 @@ def _block_chunks(block: int, per_copy: int) -> Callable[[int, int], range]:
     return chunks_of
 
 
+def _shard_chunks(collective: Collective, per_copy: int) -> Callable[[int, int], range]:
+    """Root r owns its shard's chunks (:meth:`~synth.collectives.Collective.owned`); copy j of its trees
+    carries ``per_copy`` of them."""
+    def chunks_of(root: int, copy: int) -> range:
+        start = collective.owned(root).start + copy * per_copy
+        return range(start, start + per_copy)
+    return chunks_of
+
+
 def _check_chunks(chunks: int | None, natural: int, what: str) -> int:
     if chunks is None:
         return 1
@@ -189,7 +198,7 @@ def _params(plans: dict[str, ForestPlan], time_per_byte: Fraction, optimal: Frac
 def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
            max_trees_per_root: int | None = None, pipelined: bool = False, symmetric: bool | None = None,
            spread: bool = False, min_trees_per_root: int | None = None,
-           depth_pass_arcs: int | None = None) -> Schedule:
+           depth_pass_arcs: int | None = None, shards: Sequence[int] | str | None = None) -> Schedule:
     """Bandwidth-optimal tree schedule for allgather, reducescatter, allreduce, broadcast or reduce.
 
     The schedule's congestion time (:func:`synth.evaluate.congestion`) equals the exact optimum, which is
@@ -200,6 +209,9 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     a share of the arcs the packing grew (:data:`~synth.algorithms.forest.packing.QUICK_SHALLOW_SHARE`), so it
     costs a fraction of the rest of the synthesis. Which of these variants runs
     fastest at a message size is chosen in :mod:`synth.choose.forest` (``synth generate -O size=...``).
+    ``shards`` (allgather and reducescatter): each rank's shard size, in any unit (``[1, 3, 2, 0]`` or
+    ``"1,3,2,0"``), for allgatherv and reduce-scatterv: root r packs k x w_r trees (w: the shards over their
+    gcd), which reaches the exact bound for those weights (:func:`synth.bounds.optimal_bound`).
 
     Examples
     --------
@@ -212,7 +224,7 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     """
     budget, share = _depth_pass(depth_pass_arcs)
     return _forest(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, spread,
-                   budget, min_trees=min_trees_per_root, shallow_share=share)
+                   budget, min_trees=min_trees_per_root, shallow_share=share, shards=shards)
 
 
 def _depth_pass(depth_pass_arcs: int | None) -> tuple[int, float | None]:
@@ -239,7 +251,8 @@ def trees_per_root(schedule: Schedule) -> int:
 def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
                  max_trees_per_root: int | None = None, pipelined: bool = False,
                  symmetric: bool | None = None, spread: bool = False,
-                 min_trees_per_root: int | None = None, depth_pass_arcs: int | None = None) -> TreeSchedule:
+                 min_trees_per_root: int | None = None, depth_pass_arcs: int | None = None,
+                 shards: Sequence[int] | str | None = None) -> TreeSchedule:
     """The forest schedule in the compact trees form (:mod:`synth.trees`), without building its transfers.
 
     Takes :func:`forest`'s options except ``size`` (choosing for a size runs the flow model on the
@@ -256,13 +269,11 @@ def forest_trees(topology: Topology, kind: Kind, *, chunks: int | None = None, r
     """
     budget, share = _depth_pass(depth_pass_arcs)
     return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, None, spread,
-                         budget, min_trees=min_trees_per_root, shallow_share=share)
+                         budget, min_trees=min_trees_per_root, shallow_share=share, shards=shards)
 
 
-def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
-                  pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False,
-                  shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None,
-                  shallow_share: float | None = None) -> TreeSchedule:
+def _check_options(kind: Kind, max_trees_per_root: Any, pipelined: Any, symmetric: Any, spread: Any) -> None:
+    """Refuse option values of the wrong type, naming the option."""
     if max_trees_per_root is not None and (isinstance(max_trees_per_root, bool) or not isinstance(max_trees_per_root, int)):
         raise InputError("", "max_trees_per_root", f"expected a positive integer, got {max_trees_per_root!r}")
     if not isinstance(pipelined, bool):
@@ -273,7 +284,15 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         raise InputError("", "symmetric", f"expected true or false, got {symmetric!r}")
     if not isinstance(spread, bool):
         raise InputError("", "spread", f"expected true or false, got {spread!r}")
+
+
+def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
+                  pipelined: bool, symmetric: bool | None, max_arcs: int | None, spread: bool = False,
+                  shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None,
+                  shallow_share: float | None = None, shards: Any = None) -> TreeSchedule:
+    _check_options(kind, max_trees_per_root, pipelined, symmetric, spread)
     n = topology.num_ranks
+    weights = None if shards is None else shard_weights(shards, n)
     extra: dict[str, Any] = {"spread": True} if spread else {}
     limit = max_trees_per_root
     table = _PathTable()
@@ -282,6 +301,8 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         return TreeSchedule(collective, topology.name, topology.gpus, "forest", params, table.paths(), tuple(phases))
 
     if kind in (Kind.BROADCAST, Kind.REDUCE):
+        if weights is not None:
+            raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
         root = 0 if root is None else root
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
@@ -299,15 +320,28 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
     if root is not None:
         raise InputError("", "root", f"{kind} takes no root")
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        if weights is not None and symmetric:
+            raise InputError("", "symmetric", "box symmetry needs even shards (every gpu a root of equal weight)")
         plan = get_plan(topology, reverse=kind == Kind.REDUCESCATTER, max_trees=limit, symmetric=symmetric,
-                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget, min_trees=min_trees, shallow_share=shallow_share)
-        per_copy = _check_chunks(chunks, n * plan.trees, "gpus x trees per root")
-        collective = Collective(kind, n, n * plan.trees * per_copy, None)
+                        max_arcs=max_arcs, spread=spread, shallow_budget=shallow_budget, min_trees=min_trees,
+                        shallow_share=shallow_share, weights=weights)
+        total = sum(plan.weights)
+        per_copy = _check_chunks(chunks, total * plan.trees, "shard weights x trees per unit" if weights else
+                                 "gpus x trees per root")
+        if weights is None:
+            collective = Collective(kind, n, n * plan.trees * per_copy, None)
+            chunks_of = _block_chunks(plan.trees * per_copy, per_copy)
+        else:
+            collective = Collective.uneven(kind, [w * plan.trees * per_copy for w in weights])
+            chunks_of = _shard_chunks(collective, per_copy)
+            extra = {**extra, "shards": list(weights)}
         params = _params({"tree": plan}, seconds_per_byte(plan), _optimal_seconds_per_byte(plan),
                          collective.chunks, extra)
         all_op: Literal["reduce", "broadcast"] = BROADCAST if kind == Kind.ALLGATHER else REDUCE
-        trees = _tree_copies(plan, _block_chunks(plan.trees * per_copy, per_copy), table, all_op == REDUCE)
+        trees = _tree_copies(plan, chunks_of, table, all_op == REDUCE)
         return form(collective, params, [TreePhase(all_op, trees)])
+    if weights is not None:
+        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
@@ -336,7 +370,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
 def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None, max_trees_per_root: int | None,
             pipelined: bool, symmetric: bool | None, spread: bool = False,
             shallow_budget: int = SHALLOW_ARC_BUDGET, min_trees: int | None = None,
-            shallow_share: float | None = None) -> Schedule:
+            shallow_share: float | None = None, shards: Any = None) -> Schedule:
     from synth import limits
 
     n = topology.num_ranks
@@ -345,4 +379,4 @@ def _forest(topology: Topology, kind: Kind, chunks: int | None, root: int | None
                            hint="forest_trees builds its trees form, which has no transfers")  # before the plan
     max_arcs = int(limits.limit_value("max_transfers"))  # each tree arc is at least one transfer
     return _forest_trees(topology, kind, chunks, root, max_trees_per_root, pipelined, symmetric, max_arcs,
-                         spread, shallow_budget, min_trees, shallow_share).expand()
+                         spread, shallow_budget, min_trees, shallow_share, shards).expand()

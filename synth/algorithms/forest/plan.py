@@ -38,7 +38,7 @@ class ForestPlan:
     net : Network
         The network the trees live in (reversed for reduce-scatter and reduce).
     weights : list of int
-        Root weights: 1 per gpu (all-to-all roots) or 1 at a single root.
+        Root weights: 1 per gpu (all-to-all roots), 1 at a single root, or each gpu's share (uneven shards).
     optimum : CutBound
         The exact optimal rate and its bottleneck cut.
     trees : int
@@ -68,7 +68,9 @@ class ForestPlan:
         return self.rate == self.optimum.rate
 
 
-def _weights(topology: Topology, root: int | None) -> list[int]:
+def _weights(topology: Topology, root: int | None, weights: tuple[int, ...] | None = None) -> list[int]:
+    if weights is not None:
+        return list(weights)
     if root is None:
         return [1] * topology.num_ranks
     return [1 if r == root else 0 for r in topology.ranks]
@@ -150,8 +152,12 @@ SYMMETRY_MIN_GPUS = 64
 def build_plan(topology: Topology, reverse: bool = False, root: int | None = None,
                max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
                spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET,
-               min_trees: int | None = None, shallow_share: float | None = None) -> ForestPlan:
+               min_trees: int | None = None, shallow_share: float | None = None,
+               weights: tuple[int, ...] | None = None) -> ForestPlan:
     """Compute the bound, pick the tree count, split the switches off and pack the trees.
+
+    ``weights``: every gpu's root weight (uneven shards: root r packs k x weights[r] trees), instead of one
+    per gpu or one at ``root``; such plans are packed without symmetry.
 
     ``symmetric``: use the box-translation symmetry (see :mod:`~synth.cuts.symmetry`) when
     the topology has it: None (default) from :data:`SYMMETRY_MIN_GPUS` gpus on, True whenever possible,
@@ -165,19 +171,20 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
     synthesis). ``min_trees``: the optimum with at least that many trees per root."""
     started = time.perf_counter()
     net = Network.from_topology(topology, reverse=reverse)
-    weights = _weights(topology, root)
-    optimum = cut_bound(net, weights)
+    uneven = weights is not None
+    root_weights = _weights(topology, root, weights)
+    optimum = cut_bound(net, root_weights)
     timings = {"bound": time.perf_counter() - started}
     flows = {"bound": optimum.flows}
     group = None
-    if root is None and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
-        group = symmetry_group(net, topology, weights)
+    if root is None and not uneven and (symmetric or symmetric is None and topology.num_ranks >= SYMMETRY_MIN_GPUS):
+        group = symmetry_group(net, topology, root_weights)
     failures = []
-    for rate, trees, capacities in _candidates(net, weights, optimum, max_trees, max_arcs, min_trees):
+    for rate, trees, capacities in _candidates(net, root_weights, optimum, max_trees, max_arcs, min_trees):
         mark = time.perf_counter()
         used = group
         try:
-            logical = split_switches(net, capacities, weights, trees, group=used, spread=spread)
+            logical = split_switches(net, capacities, root_weights, trees, group=used, spread=spread)
         except SplitFailed as reason:
             # splitting an orbit of pairs by one amount everywhere can be impossible where a splitting
             # exists (a dragonfly's routers): fall back to splitting switch by switch, without the group
@@ -186,13 +193,13 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
                 continue
             used = None
             try:
-                logical = split_switches(net, capacities, weights, trees, spread=spread)
+                logical = split_switches(net, capacities, root_weights, trees, spread=spread)
             except SplitFailed as generic_reason:
                 failures.append(f"k={trees}: {generic_reason}")
                 continue
         timings["split"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in weights], group=used)
+        classes, pack_flows = pack_trees(net.num_compute, logical.capacity, [trees * w for w in root_weights], group=used)
         timings["pack"] = time.perf_counter() - mark
         if used is None:
             mark = time.perf_counter()
@@ -205,7 +212,7 @@ def build_plan(topology: Topology, reverse: bool = False, root: int | None = Non
             timings["shallow"] = time.perf_counter() - mark
         flows.update(split=logical.flows, pack=pack_flows)
         timings["total"] = time.perf_counter() - started
-        return ForestPlan(net, weights, optimum, trees, rate, classes, logical, timings, flows, used is not None)
+        return ForestPlan(net, root_weights, optimum, trees, rate, classes, logical, timings, flows, used is not None)
     unbalanced = unbalanced_switches(topology)
     why = ("switches do not multicast, so a switch that can send more than it receives cannot serve the cut "
            "bound: " + ", ".join(f"{name} receives {inward} GB/s, sends {outward} GB/s"
@@ -256,14 +263,15 @@ def is_symmetric(topology: Topology) -> bool:
 
 
 _CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int, int | None,
-                          float | None], tuple[Topology, ForestPlan]] = OrderedDict()
+                          float | None, tuple[int, ...] | None], tuple[Topology, ForestPlan]] = OrderedDict()
 _CACHE_SIZE = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
              max_trees: int | None = None, symmetric: bool | None = None, max_arcs: int | None = None,
              spread: bool = False, shallow_budget: int = SHALLOW_ARC_BUDGET,
-             min_trees: int | None = None, shallow_share: float | None = None) -> ForestPlan:
+             min_trees: int | None = None, shallow_share: float | None = None,
+             weights: tuple[int, ...] | None = None) -> ForestPlan:
     """:func:`build_plan`, memoized per topology object (the demo asks for the same trees several times).
 
     On a symmetric topology (every link has a reverse link of the same bandwidth) the reversed network is
@@ -272,13 +280,13 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     if reverse and is_symmetric(topology):
         reverse = False
     key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees,
-           shallow_share)
+           shallow_share, weights)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is topology:
         _CACHE.move_to_end(key)
         return hit[1]
     plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees,
-                      shallow_share)
+                      shallow_share, weights)
     _CACHE[key] = (topology, plan)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

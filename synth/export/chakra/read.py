@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from synth.astra import astra_network, astra_system, network_for, physical_network, simulate
-from synth.collectives import Collective, Kind, check_demand, parse_kind
+from synth.collectives import Collective, Kind, check_demand, check_shards, parse_kind
 from synth.errors import InputError, VerificationError
 from synth.export import RouteBalancer, valid_path
 from synth.export.chakra.infer import _assign_chunks, _foreign_et_params, _InferredTransfers, _MatchedTraces
@@ -134,13 +134,28 @@ def _demand(metadata: dict[str, Any], kind: Kind, source: str) -> tuple[tuple[in
     return check_demand(matrix, source, "metadata.demand")
 
 
+def _shards(metadata: dict[str, Any], kind: Kind, num_ranks: int, source: str) -> tuple[int, ...] | None:
+    """Uneven shards' chunk counts from ``metadata.shards`` (JSON), None where the traces have none."""
+    text = metadata.get("shards")
+    if text is None:
+        return None
+    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        raise InputError(source, "metadata.shards", f"uneven shards are for allgather and reducescatter, not {kind}")
+    try:
+        counts = json.loads(text) if isinstance(text, str) else text
+    except ValueError as exc:
+        raise InputError(source, "metadata.shards", f"expected a JSON list: {exc}") from None
+    return check_shards(counts, num_ranks, source, "metadata.shards")
+
+
 def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topology: Topology, name: str,
                 source: str) -> Schedule:
     chunks = metadata.get("chunks")
     if isinstance(chunks, bool) or not isinstance(chunks, int):
         raise InputError(source, "metadata.chunks", f"expected an integer, got {chunks!r}")
     root = metadata.get("root") if kind in (Kind.BROADCAST, Kind.REDUCE) else None
-    collective = Collective(kind, program.num_ranks, chunks, root, demand=_demand(metadata, kind, source))
+    collective = Collective(kind, program.num_ranks, chunks, root, demand=_demand(metadata, kind, source),
+                            shards=_shards(metadata, kind, program.num_ranks, source))
     send_by_tid: dict[int, tuple[int, EtNode]] = {}
     recv_by_tid: dict[int, tuple[int, EtNode]] = {}
     comp_by_tid: dict[int, int] = {}

@@ -49,6 +49,12 @@ ALLTOALLV_REFUSAL = (
     "use `synth export chakra` instead (each Chakra message carries its own size)")
 """Why :func:`lower_msccl` refuses an alltoallv schedule, and what to use instead."""
 
+SHARDS_REFUSAL = (
+    "MSCCL XML cannot carry uneven shards: its runtime cuts an allgather's input and a reduce-scatter's output "
+    "into equal per-rank shares of the call's count (ncclAllGather and ncclReduceScatter take one count for every "
+    "rank); use `synth export chakra` instead (each Chakra message carries its own size)")
+"""Why :func:`lower_msccl` refuses a schedule with uneven shards (allgatherv, reduce-scatterv)."""
+
 
 def _channels(schedule: Schedule, channels: int, policy: str, columns: Columns | None = None) -> np.ndarray:
     """Each transfer's channel: its chunk modulo the count (``chunk``), its pair of ranks (``pair``), or
@@ -202,7 +208,7 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
 
     Raises :class:`~synth.errors.LimitError` naming the limit, the excess and the fix when no channel
     count up to ``max_channels`` fits, and :class:`~synth.errors.NotApplicable` for an alltoallv
-    (see :data:`ALLTOALLV_REFUSAL`).
+    (see :data:`ALLTOALLV_REFUSAL`) or a schedule with uneven shards (:data:`SHARDS_REFUSAL`).
 
     Examples
     --------
@@ -215,6 +221,8 @@ def lower_msccl(schedule: Schedule, proto: str | None = None, limits: MscclLimit
     schedule.require_point_to_point("MSCCL XML export")
     if schedule.kind == Kind.ALLTOALLV:
         raise NotApplicable(ALLTOALLV_REFUSAL)
+    if schedule.collective.shards is not None:
+        raise NotApplicable(SHARDS_REFUSAL)
     proto, limits = _options(schedule, proto, limits, max_channels, min_bytes, max_bytes)
     label = name or f"synth_{schedule.algorithm}_{schedule.kind.value}"
     written = len(escape_attribute(label))
