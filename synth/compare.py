@@ -130,7 +130,8 @@ def best_rows(rows: Iterable[Row]) -> set[tuple[str, int, str]]:
 
 def baselines(rows: Iterable[Row]) -> dict[tuple[str, int], Row]:
     """The baseline row per (collective, size): the ``nccl`` row, else the ``ring`` row
-    (:data:`BASELINE_ALGORITHMS`); a (collective, size) with neither has no entry.
+    (:data:`BASELINE_ALGORITHMS`), the faster where there are two ways NCCL runs it (uneven shards: grouped
+    broadcasts and the padded allgather); a (collective, size) with neither has no entry.
 
     Examples
     --------
@@ -147,7 +148,7 @@ def baselines(rows: Iterable[Row]) -> dict[tuple[str, int], Row]:
         if row.algorithm not in rank:
             continue
         key = (row.collective, row.size)
-        if key not in found or rank[row.algorithm] < rank[found[key].algorithm]:
+        if key not in found or (rank[row.algorithm], row.time_s) < (rank[found[key].algorithm], found[key].time_s):
             found[key] = row
     return found
 
@@ -293,7 +294,45 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
                                     result.busbw_GBps, result.congestion_time_s, elapsed, result.plan,
                                     None if bound is None else bound.time(result.size),
                                     "bound" if bound is None else bound.label, variant))
+            if sharded and algorithm.name == "nccl":
+                rows.extend(padded_rows(topology, kind, sizes, shards, model, plan, bound, keep_going, skipped))
     return rows, skipped, schedules
+
+
+#: The variant label of the rows :func:`padded_rows` makes.
+PADDED = "padded"
+
+
+def padded_rows(topology: Topology, kind: Kind, sizes: list[int], shards: Any, model: str,
+                plan: PlanOptions | None, bound: TimeBound | None, keep_going: bool = False,
+                skipped: list[Skipped] | None = None) -> list[Row]:
+    """Uneven shards as frameworks that pad run them (FSDP, Megatron: every shard padded to the largest,
+    then NCCL's even allgather or reduce-scatter): ``nccl``'s schedule of the even collective over N x the
+    largest shard, timed at that padded size, one row per size of the real data (algbw and busbw of the
+    real bytes; variant ``padded``). The padded bytes are moved, so the time is what that run takes; the
+    schedule is of the padded collective, not of these shards."""
+    from synth.collectives import shard_weights
+
+    weights = shard_weights(shards, topology.num_ranks)
+    if weights is None:
+        return []
+    total, largest = sum(weights), max(weights)
+    found: list[Row] = []
+    for size in sizes:
+        padded = -(-size * largest * topology.num_ranks // total)
+        made = _made(topology, kind, "nccl", {"size": padded}, keep_going)
+        if isinstance(made, str):
+            if skipped is not None:
+                skipped.append(Skipped("nccl", kind.value, f"padded: {made}"))
+            continue
+        schedule, elapsed = made
+        result = evaluate_sizes(schedule, topology, [padded], model=model, options=plan)[0]
+        algbw = size / result.time_s / 1e9 if result.time_s > 0 else 0.0
+        factor = result.busbw_GBps / result.algbw_GBps if result.algbw_GBps else 0.0
+        found.append(Row("nccl", kind.value, size, result.time_s, algbw, algbw * factor, result.congestion_time_s,
+                         elapsed, result.plan, None if bound is None else bound.time(size),
+                         "bound" if bound is None else bound.label, PADDED))
+    return found
 
 
 def _made(topology: Topology, kind: Kind, name: str, options: dict[str, Any],

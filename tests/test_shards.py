@@ -259,3 +259,21 @@ def test_cli_refuses_bad_shards_in_one_line(args, field, tmp_path, capsys, monke
     out = run_cli([*args, "-o", str(tmp_path / "x.json")] if args[0] == "generate" else args, capsys, monkeypatch)
     assert out.code == 2 and field in out.err and len(out.err.strip().splitlines()) == 1, out.err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_compare_baseline_is_the_faster_nccl_way():
+    """docs/uneven-shards.md's table: forest against PyTorch's grouped broadcasts and the padded allgather on
+    2 x DGX A100 with a 1:2 skew; the padded allgather is the faster NCCL way there, and the baseline."""
+    from synth.compare import baselines, run_all, speedup
+
+    topo = load_topology("dgx-a100:boxes=2")
+    shards = [1] * 8 + [2] * 8
+    rows, skipped, _ = run_all(topo, [Kind.ALLGATHER], [2**20, 2**28], ["forest", "nccl"], shards=shards)
+    by = {(r.label, r.size): r for r in rows}
+    base = baselines(rows)
+    for size, gain in ((2**20, 3.16), (2**28, 1.89)):
+        assert base[("allgather", size)].variant == "padded"
+        assert by[("nccl(padded)", size)].time_s < by[("nccl", size)].time_s
+        best = min((r for r in rows if r.algorithm == "forest" and r.size == size), key=lambda r: r.time_s)
+        assert speedup(best, base[("allgather", size)]) == pytest.approx(gain, abs=0.01)
+    assert by[("forest(k=1, spread)", 2**28)].percent_of_bound == pytest.approx(97.0, abs=0.1)

@@ -142,7 +142,7 @@ def generate(
     if not no_verify:
         verify(schedule, topo)
     write_schedule(schedule, topo, topology, output, inputs=[topology])
-    console.print(f"wrote {shown(output)}: {shown(algorithm)} {kind} on {shown(topo.name)}, {len(schedule.transfers)} transfers, "
+    console.print(f"wrote {shown(output)}: {shown(algorithm)} {_kind_text(schedule)} on {shown(topo.name)}, {len(schedule.transfers)} transfers, "
                   f"{schedule.chunks} chunks" + ("" if no_verify else ", verified"))
     summary = schedule.params.get("summary") if isinstance(schedule.params, dict) else None
     if isinstance(summary, str):  # what produced the result (milp: proven optimal, improved or the greedy plan)
@@ -150,6 +150,12 @@ def generate(
     choice = schedule.params.get("size_choice") if isinstance(schedule.params, dict) else None
     if isinstance(choice, dict):  # a chooser (forest, insw) chose the variant for a size: say which, and its time
         console.print(f"{algorithm}: {_size_choice_line(schedule.params, choice)}", soft_wrap=True)
+
+
+def _kind_text(schedule: Any) -> str:
+    """The collective as the commands name it: ``allgather``, or ``allgather (uneven shards)``."""
+    collective = schedule.collective
+    return f"{collective.kind}" + (" (uneven shards)" if collective.shards is not None else "")
 
 
 def _size_choice_line(params: Mapping[str, Any], choice: Mapping[str, Any]) -> str:
@@ -300,7 +306,7 @@ def evaluate_command(
     report = tree_congestion(schedule, topo) if isinstance(schedule, TreeSchedule) else congestion(schedule, topo)
     rows = [[format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}",
              fmt_time(r.congestion_time_s), _percent_of(bound, r.size, r.time_s), r.plan.describe()] for r in results]
-    console.print(table(f"{schedule.algorithm} {schedule.kind} on {topo.name} ({model} model)",
+    console.print(table(f"{schedule.algorithm} {_kind_text(schedule)} on {topo.name} ({model} model)",
                         ["size", "time", "algbw GB/s", "busbw GB/s", "congestion bound", "% of bound", "plan"], rows,
                         {1, 2, 3, 4, 5}))
     busiest = ", ".join(f"{shown(u)}->{shown(v)}" for u, v, _ in report.busiest_links[:3])

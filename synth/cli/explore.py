@@ -186,6 +186,10 @@ def compare(
         for name in base_names:
             note(f"[dim]vs {name}: {name}'s time at the same size over the row's time (above 1: faster than the "
                  f"baseline); {shown(baseline_description(topo, name))}[/dim]")
+        if weights is not None:
+            note("[dim]uneven shards: nccl is PyTorch's all_gather / reduce_scatter of unequal tensors (one broadcast "
+                 "or reduce per rank in one NCCL group); nccl(padded) pads every shard to the largest and runs NCCL's "
+                 "even collective (as FSDP and Megatron do); the faster of the two is the baseline[/dim]")
         note(f"[dim]% of bound: the topology's lower bound on time at that size over the schedule's time "
              f"({', '.join(sorted({f'{r.collective}: {r.bound_label}' for r in rows}))}); plan: protocol, "
              f"slices per chunk x slice size, slices in flight (see `synth evaluate --help`)[/dim]")
