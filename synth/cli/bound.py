@@ -85,18 +85,7 @@ def bound(
     topo = topo.passive() if no_switch_reduction else topo
     kind = parse_kind(collective, field="--collective")
     chunked = demand_argument(demand, kind, topo, chunks)
-    weights = shards_argument(shards, kind, topo)
-    if weights is not None:
-        check_bound_work(topo, "the exact bound")
-        _sharded(topo, kind, weights, as_json)
-        return
-    if kind == Kind.ALLTOALLV:
-        check_bound_work(topo, "the alltoallv bound")
-        _alltoallv(topo, chunked, demand, as_json)
-        return
-    if kind == Kind.ALLTOALL:
-        check_bound_work(topo, "the alltoall bound")
-        _alltoall(topo, as_json)
+    if _other_bound(topo, kind, shards_argument(shards, kind, topo), chunked, demand, as_json):
         return
     check_bound_work(topo, "the exact bound", quotient=True)
     result = optimal_bound(topo)
@@ -163,6 +152,23 @@ def bound(
     for name, inward, outward in unbalanced_switches(topo)[:8]:
         console.print(f"[yellow]note[/yellow]: switch {shown(name)} receives {inward} GB/s but sends {outward} GB/s; "
                       "point-to-point trees cannot copy, so this bound may not be reachable")
+
+
+def _other_bound(topo: Topology, kind: Kind, weights: tuple[int, ...] | None, chunked: Any, demand: str | None,
+                 as_json: bool) -> bool:
+    """Print the bound of uneven shards, alltoallv or alltoall when asked for; False for the tree bound."""
+    if weights is not None:
+        check_bound_work(topo, "the exact bound")
+        _sharded(topo, kind, weights, as_json)
+    elif kind == Kind.ALLTOALLV:
+        check_bound_work(topo, "the alltoallv bound")
+        _alltoallv(topo, chunked, demand, as_json)
+    elif kind == Kind.ALLTOALL:
+        check_bound_work(topo, "the alltoall bound")
+        _alltoall(topo, as_json)
+    else:
+        return False
+    return True
 
 
 def _sharded(topo: Topology, kind: Kind, weights: tuple[int, ...], as_json: bool) -> None:

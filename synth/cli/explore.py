@@ -76,16 +76,26 @@ def _status(message: str) -> AbstractContextManager[object]:
     return err_console.status(message)
 
 
-def _compare_demand(collective: list[str] | None, demand: str | None, topo: Topology
+def _compare_demand(collective: list[str] | None, demand: str | None, topo: Topology, sharded: bool = False
                     ) -> tuple[list[Kind], Any, list[str]]:
-    """``compare``'s collectives (alltoallv alone by default with ``--demand``), the chunked demand (or
-    None) and the default sizes (a bytes demand's total, else the usual ones)."""
-    kinds = [parse_kind(c, field="--collective") for c in (collective or (["alltoallv"] if demand else DEFAULT_KINDS))]
+    """``compare``'s collectives (alltoallv alone by default with ``--demand``, allgather and reducescatter
+    with ``--shards``), the chunked demand (or None) and the default sizes (a bytes demand's total, else the
+    usual ones)."""
+    default = ["alltoallv"] if demand else ["allgather", "reducescatter"] if sharded else DEFAULT_KINDS
+    kinds = [parse_kind(c, field="--collective") for c in (collective or default)]
     kinds = list(dict.fromkeys(kinds))
     chunked = demand_argument(demand, Kind.ALLTOALLV if Kind.ALLTOALLV in kinds else kinds[0], topo)
     if chunked is not None and chunked.unit == "bytes":
         return kinds, chunked, [str(round(chunked.unit_per_chunk * chunked.chunks))]
     return kinds, chunked, DEFAULT_SIZES
+
+
+def _compare_shards(shards: str | None, kinds: list[Kind], topo: Topology) -> tuple[int, ...] | None:
+    """``--shards`` as weights, refused (naming the option) when a chosen collective cannot take them."""
+    weights = None
+    for kind in kinds if shards is not None else []:
+        weights = shards_argument(shards, kind, topo)
+    return weights
 
 
 def compare(
@@ -131,13 +141,8 @@ def compare(
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = group_argument(topology_argument(topology), group)
     check_bound_work(topo, "compare (the bounds and the tree packing)")
-    if shards is not None and not collective:
-        collective = ["allgather", "reducescatter"]  # the collectives uneven shards are for
-    kinds, chunked, default_sizes = _compare_demand(collective, demand, topo)
-    weights = None
-    if shards is not None:
-        for kind in kinds:
-            weights = shards_argument(shards, kind, topo)
+    kinds, chunked, default_sizes = _compare_demand(collective, demand, topo, shards is not None)
+    weights = _compare_shards(shards, kinds, topo)
     sizes = sorted(set(sizes_argument(size, default_sizes)))
     for name in algorithm or []:
         if name not in REGISTRY:
@@ -183,21 +188,7 @@ def compare(
         console.print(table(f"{topo.name} ({topo.num_ranks} gpus), {model} model, all verified; * = best algbw",
                             ["collective", "size", "algorithm", "time", "algbw GB/s", "busbw GB/s", "% of bound",
                              f"vs {'/'.join(base_names) or 'nccl'}", "plan", "synthesis"], body, {1, 3, 4, 5, 6, 7, 9}))
-        for name in base_names:
-            note(f"[dim]vs {name}: {name}'s time at the same size over the row's time (above 1: faster than the "
-                 f"baseline); {shown(baseline_description(topo, name))}[/dim]")
-        if weights is not None:
-            note("[dim]uneven shards: nccl is PyTorch's all_gather / reduce_scatter of unequal tensors (one broadcast "
-                 "or reduce per rank in one NCCL group); nccl(padded) pads every shard to the largest and runs NCCL's "
-                 "even collective (as FSDP and Megatron do); the faster of the two is the baseline[/dim]")
-        note(f"[dim]% of bound: the topology's lower bound on time at that size over the schedule's time "
-             f"({', '.join(sorted({f'{r.collective}: {r.bound_label}' for r in rows}))}); plan: protocol, "
-             f"slices per chunk x slice size, slices in flight (see `synth evaluate --help`)[/dim]")
-        for s in skipped:
-            note(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")
-        slow = sorted({name for _, name in planned(kinds, None)} - {name for _, name in planned(kinds, None, False)})
-        if slow and not algorithm:
-            note(f"[dim]not run (slow solver; ask with --algorithm): {', '.join(slow)}[/dim]")
+        _compare_notes(topo, rows, skipped, base_names, kinds, bool(algorithm), weights is not None)
     if plot is not None:
         from synth.draw import plot_compare, save_figure
 
@@ -205,6 +196,28 @@ def compare(
             raise InputError("", "--plot", "nothing to plot: no algorithm applied")
         save_figure(plot_compare(rows, title=f"{topo.name}: algbw by message size ({model} model)"), plot)
         note(f"wrote {shown(plot)}")
+
+
+def _compare_notes(topo: Topology, rows: list[Any], skipped: list[Any], base_names: list[str], kinds: list[Kind],
+                   chosen: bool, sharded: bool) -> None:
+    """The notes under ``compare``'s table: the baselines, the bound, what was skipped or not run."""
+    from synth.compare import baseline_description, planned
+
+    for name in base_names:
+        note(f"[dim]vs {name}: {name}'s time at the same size over the row's time (above 1: faster than the "
+             f"baseline); {shown(baseline_description(topo, name))}[/dim]")
+    if sharded:
+        note("[dim]uneven shards: nccl is PyTorch's all_gather / reduce_scatter of unequal tensors (one broadcast "
+             "or reduce per rank in one NCCL group); nccl(padded) pads every shard to the largest and runs NCCL's "
+             "even collective (as FSDP and Megatron do); the faster of the two is the baseline[/dim]")
+    note(f"[dim]% of bound: the topology's lower bound on time at that size over the schedule's time "
+         f"({', '.join(sorted({f'{r.collective}: {r.bound_label}' for r in rows}))}); plan: protocol, "
+         f"slices per chunk x slice size, slices in flight (see `synth evaluate --help`)[/dim]")
+    for s in skipped:
+        note(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")
+    slow = sorted({name for _, name in planned(kinds, None)} - {name for _, name in planned(kinds, None, False)})
+    if slow and not chosen:
+        note(f"[dim]not run (slow solver; ask with --algorithm): {', '.join(slow)}[/dim]")
 
 
 def draw(

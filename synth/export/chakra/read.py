@@ -148,14 +148,19 @@ def _shards(metadata: dict[str, Any], kind: Kind, num_ranks: int, source: str) -
     return check_shards(counts, num_ranks, source, "metadata.shards")
 
 
-def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topology: Topology, name: str,
-                source: str) -> Schedule:
+def _own_collective(program: EtProgram, metadata: dict[str, Any], kind: Kind, source: str) -> Collective:
+    """The collective synth's own metadata describes (chunks, root, an alltoallv's demand, uneven shards)."""
     chunks = metadata.get("chunks")
     if isinstance(chunks, bool) or not isinstance(chunks, int):
         raise InputError(source, "metadata.chunks", f"expected an integer, got {chunks!r}")
     root = metadata.get("root") if kind in (Kind.BROADCAST, Kind.REDUCE) else None
-    collective = Collective(kind, program.num_ranks, chunks, root, demand=_demand(metadata, kind, source),
-                            shards=_shards(metadata, kind, program.num_ranks, source))
+    return Collective(kind, program.num_ranks, chunks, root, _demand(metadata, kind, source),
+                      _shards(metadata, kind, program.num_ranks, source))
+
+
+def _import_own(program: EtProgram, metadata: dict[str, Any], kind: Kind, topology: Topology, name: str,
+                source: str) -> Schedule:
+    collective = _own_collective(program, metadata, kind, source)
     send_by_tid: dict[int, tuple[int, EtNode]] = {}
     recv_by_tid: dict[int, tuple[int, EtNode]] = {}
     comp_by_tid: dict[int, int] = {}
