@@ -25,25 +25,10 @@ from synth.verify import verify
 from synth.verify_trees import verify_trees
 from tests.helpers import run_cli
 from tests.strategies import forest_topologies
+from tests.test_forest import brute_force_rate
 
 GIGA = 10**9
 OWNED = (Kind.ALLGATHER, Kind.REDUCESCATTER)
-
-
-def brute_force_rate(net: Network, weights: list[int]) -> Fraction:
-    """min over every cut S (some weight inside, some gpu outside) of B+(S) / w(S), by enumeration."""
-    best = None
-    full = (1 << net.num_compute) - 1
-    for mask in range(1, 1 << net.num_nodes):
-        if mask & full == full:
-            continue
-        inside = [v for v in range(net.num_nodes) if mask >> v & 1]
-        weight = sum(weights[v] for v in inside if v < net.num_compute)
-        if weight:
-            ratio = Fraction(net.egress_units(inside), weight)
-            best = ratio if best is None or ratio < best else best
-    assert best is not None
-    return best / net.scale
 
 
 # ------------------------------------------------------------------------------------------ the collective

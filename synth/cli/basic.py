@@ -165,14 +165,15 @@ def _size_choice_line(params: Mapping[str, Any], choice: Mapping[str, Any]) -> s
     tried = len(choice.get("time_s", {}))
     return (f"chose {params.get('variant')} with {slices}, the fastest of {tried} variants simulated at "
             f"{format_size(params['size'])}: {fmt_time(params['modelled_time_s'])} ({choice.get('model')} model; "
-            f"{_paper_line(choice)}; every variant's time is in params.size_choice)")
+            f"{_paper_line(choice, params)}; every variant's time is in params.size_choice)")
 
 
-def _paper_line(choice: Mapping[str, Any]) -> str:
+def _paper_line(choice: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     """What the chooser's record says is best on paper: forest's optimal trees, insw's analytic share."""
     if "analytic_share" in choice:
         return f"the in-switch bound's split puts {choice['analytic_share']} of the data in the switches"
-    return f"{choice.get('optimal_trees_per_root')} trees per root are optimal on paper"
+    unit = "unit of shard weight" if "shards" in params else "root"
+    return f"{choice.get('optimal_trees_per_root')} trees per {unit} are optimal on paper"
 
 
 def _generate_trees(topo: Topology, spec: str, kind: Kind, algorithm: str, options: dict[str, Any], output: str,

@@ -89,8 +89,8 @@ def process_group(topology: Topology, notes: list[str] | None = None) -> list[in
         notes.append(f"The collective runs on a process group of {len(group)} of the fabric's {len(full)} gpus: "
                      f"trace rank i is group member i; the workload's COLL nodes carry pg_name {GROUP_NAME!r} and "
                      f"{COMM_GROUP_FILE} maps it to the members' fabric ranks {group} (the form of ASTRA-sim's "
-                     "--comm-group-configuration). A run of the grouped traces in ASTRA-sim itself has not been "
-                     "checked.")
+                     "--comm-group-configuration). ASTRA-sim runs the traces on a network of the members alone: "
+                     "write YOUR_NETWORK.yml for the links between them (docs/process-groups.md has an example).")
     return group
 
 
