@@ -34,7 +34,7 @@ def algorithm_options(entry: Algorithm) -> list[tuple[str, Any]]:
     --------
     >>> from synth.algorithms import REGISTRY
     >>> algorithm_options(REGISTRY["direct"])
-    [('chunks', None), ('root', None), ('demand', None)]
+    [('chunks', None), ('root', None), ('demand', None), ('shards', None)]
     """
     from synth.choose import chooser_options
 
