@@ -211,7 +211,7 @@ def forest(topology: Topology, kind: Kind, *, chunks: int | None = None, root: i
     fastest at a message size is chosen in :mod:`synth.choose.forest` (``synth generate -O size=...``).
     ``shards`` (allgather and reducescatter): each rank's shard size, in any unit (``[1, 3, 2, 0]`` or
     ``"1,3,2,0"``), for allgatherv and reduce-scatterv: root r packs k x w_r trees (w: the shards over their
-    gcd), which reaches the exact bound for those weights (:func:`synth.bounds.optimal_bound`).
+    gcd), which reaches the exact bound for those weights (:func:`synth.bounds.shard_bound`).
 
     Examples
     --------
