@@ -193,8 +193,6 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
         raise NotApplicable(f"mcf does alltoall and alltoallv only, not {kind}")
     if demand is not None and kind != Kind.ALLTOALLV:
         raise NotApplicable(f"a demand is for alltoallv, not {kind}")
-    if len(topology.rank_of) != sum(1 for node in topology.graph if topology.is_gpu(node)):
-        raise NotApplicable("mcf on a process group: its flow LP would relay through gpus outside the group")
     n = topology.num_ranks
     if not 0 <= max_loss < 1:
         raise InputError("", "max_loss", f"expected a fraction in [0, 1), got {max_loss!r}")

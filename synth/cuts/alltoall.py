@@ -272,8 +272,13 @@ def _weights(n: int, demand: tuple[tuple[int, ...], ...] | None) -> list[list[in
 
 def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool,
                   weights: list[list[int]]) -> list[list[int]]:
-    """Per commodity (source rank) s, the links its flow may use: those that do not enter s and (without
-    relays) do not leave another gpu unless that gpu forwards; none for a source that sends nothing."""
+    """Per commodity (source rank) s, the links its flow may use: those that do not enter s, neither enter nor
+    leave a gpu outside the collective's ranks (a process group's non-members) unless it forwards, and
+    (without relays) do not leave another gpu unless that gpu forwards; none for a source that sends nothing."""
+    outside = {node for node in topology.graph if topology.is_gpu(node) and node not in topology.rank_of
+               and not topology.forwards(node)}
+    if outside:
+        edges_kept = {index for index, (u, v) in enumerate(edges) if u not in outside and v not in outside}
     usable: list[list[int]] = []
     for s in range(topology.num_ranks):
         source = topology.gpus[s]
@@ -282,7 +287,7 @@ def _usable_links(topology: Topology, edges: list[tuple[str, str]], relays: bool
             usable.append(chosen)
             continue
         for index, (u, v) in enumerate(edges):
-            if v == source:
+            if v == source or (outside and index not in edges_kept):
                 continue
             if not relays and u in topology.rank_of and u != source and not topology.forwards(u):
                 continue
