@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from synth.collectives import Kind, shard_weights
+from synth.collectives import Kind, uneven_weights
 from synth.cuts.allgather import CutBound, cut_bound, lcd_trees, optimal_tree_counts, rate_with_trees
 from synth.cuts.alltoall import AlltoallBound
 from synth.cuts.network import Network
@@ -252,7 +252,7 @@ def shard_bound(topology: Topology, kind: Kind, shards: Any) -> ShardBound:
     >>> round(b.algbw_GBps, 2), b.cut_gpus, b.cut_weight  # gpu0 receives 7/8 of M over one 50 GB/s link
     (57.14, ('gpu1', 'gpu2', 'gpu3'), 7)
     """
-    weights = _shard_weights(kind, shards, topology.num_ranks)
+    weights = uneven_weights(kind, shards, topology.num_ranks)
     if weights is None:
         weights = tuple(1 for _ in topology.ranks)
     cut, net = _cut(topology, reverse=kind == Kind.REDUCESCATTER, weights=weights)
@@ -308,7 +308,7 @@ def algbw_bound(topology: Topology, kind: Kind, demand: Any = None, shards: Any 
     (66.67, 57.14)
     """
     n = topology.num_ranks
-    weights = _shard_weights(kind, shards, n)
+    weights = uneven_weights(kind, shards, n)
     if weights is not None:
         return float(sum(weights) * _cut(topology, reverse=kind == Kind.REDUCESCATTER, weights=weights)[0].rate)
     if kind == Kind.ALLGATHER:
@@ -624,15 +624,6 @@ def balanced_switches(topology: Topology) -> bool:
     return True
 
 
-def _shard_weights(kind: Kind, shards: Any, num_ranks: int) -> tuple[int, ...] | None:
-    """Uneven shards' root weights (None: even shards, or none given); refused for other collectives."""
-    if shards is None:
-        return None
-    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
-        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
-    return shard_weights(shards, num_ranks)
-
-
 def time_bound(topology: Topology, kind: Kind | str, root: int = 0, demand: Any = None,
                shards: Any = None) -> TimeBound:
     """A proven lower bound on the time of ``kind`` on ``topology`` (see :class:`TimeBound`).
@@ -694,7 +685,7 @@ def time_bound(topology: Topology, kind: Kind | str, root: int = 0, demand: Any 
     all_ranks = list(range(n))
     terms: list[BoundTerm]
     optimum = balanced_switches(topology)
-    weights = _shard_weights(kind, shards, n)
+    weights = uneven_weights(kind, shards, n)
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         reverse = kind == Kind.REDUCESCATTER
         cut, net = _cut(topology, reverse=reverse, weights=weights)

@@ -382,6 +382,21 @@ def shard_weights(shards: object, num_ranks: int, source: str = "", field: str =
     return check_shards(weights, num_ranks, source, field)
 
 
+def uneven_weights(kind: Kind, shards: object, num_ranks: int, source: str = "",
+                   field: str = "shards") -> tuple[int, ...] | None:
+    """:func:`shard_weights` of ``shards`` for ``kind`` (None without shards, or when they are even); uneven
+    shards for any collective but allgather and reducescatter are refused, naming ``field``.
+
+    >>> uneven_weights(Kind.ALLGATHER, [2, 4], 2), uneven_weights(Kind.ALLGATHER, None, 2)
+    ((1, 2), None)
+    """
+    if shards is None:
+        return None
+    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
+        raise InputError(source, field, f"uneven shards are for allgather and reducescatter, not {kind}")
+    return shard_weights(shards, num_ranks, source, field)
+
+
 def _shard_list(text: str, source: str, field: str) -> list[int]:
     """``"1,2,0,4"`` or ``"1MiB,512KiB"`` as a list of ints (bytes where a unit is given), or an
     :class:`InputError` naming the entry."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -263,7 +262,7 @@ def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], alg
             if kind == Kind.ALLTOALLV and demand is not None:
                 user.setdefault("demand", demand)
             if sharded:
-                if "shards" not in inspect.signature(algorithm.load()).parameters:
+                if not algorithm.takes("shards"):
                     skipped.append(Skipped(algorithm.name, kind.value, f"{algorithm.name} takes no uneven shards"))
                     continue
                 user.setdefault("shards", shards)

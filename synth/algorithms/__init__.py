@@ -75,6 +75,12 @@ class Algorithm:
         module_name, function_name = self.target.split(":")
         return getattr(importlib.import_module(module_name), function_name)
 
+    def takes(self, option: str) -> bool:
+        """Whether the algorithm's function takes ``option`` (such as ``shards`` or ``progress``)."""
+        import inspect
+
+        return option in inspect.signature(self.load()).parameters
+
 
 REGISTRY: dict[str, Algorithm] = {}
 

@@ -120,7 +120,7 @@ from synth.algorithms.tree import (
     grouped_chains,
     tree_schedule,
 )
-from synth.collectives import Collective, Kind, shard_weights
+from synth.collectives import Collective, Kind, uneven_weights
 from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule
 from synth.topology import Topology
@@ -808,8 +808,10 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
         return _alltoall(topology, size_bytes, protocol, params, kind, demand)
     if demand is not None:
         raise NotApplicable(f"a demand is for alltoallv, not {kind}")
-    weights = None if shards is None else _nccl_shards(kind, shards, topology.num_ranks, root)
+    weights = uneven_weights(kind, shards, topology.num_ranks)
     if weights is not None:
+        if root is not None:
+            raise InputError("", "root", f"{kind} takes no root")
         return _grouped(topology, kind, weights, size_bytes, algorithm, protocol, gpu, cpu, key, params)
 
     machine, rings, boxes, nvls_switches = _machine(topology, kind, gpu, cpu, key)
@@ -851,15 +853,6 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
                       boxes, machine, params)
     return schedule
-
-
-def _nccl_shards(kind: Kind, shards: Any, num_ranks: int, root: int | None) -> tuple[int, ...] | None:
-    """Uneven shards' weights (None when they are even), refused for other collectives."""
-    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
-        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
-    if root is not None:
-        raise InputError("", "root", f"{kind} takes no root")
-    return shard_weights(shards, num_ranks)
 
 
 #: Most chunks per chain a rank's shard is cut into by default (as for NCCL's own broadcast chains).

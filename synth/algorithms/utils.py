@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from synth.collectives import ROOTED, Collective, Kind, shard_weights
+from synth.collectives import ROOTED, Collective, Kind, uneven_weights
 from synth.errors import InputError
 from synth.routing import chain_paths, neighbors, relay_chain
 from synth.schedule import ScheduleBuilder
@@ -63,15 +63,11 @@ def sharded_collective(topology: Topology, kind: Kind, shards: Any, chunks: int 
     """The allgatherv or reduce-scatterv :class:`Collective` of ``shards`` (one size per rank, any unit:
     :func:`synth.collectives.shard_weights`), ``chunks`` in all (a multiple of the weights' sum, default
     that sum: one chunk per unit of weight); None without shards or when they are all the same size."""
-    if shards is None:
-        return None
-    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
-        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
-    if root is not None:
-        raise InputError("", "root", f"{kind} takes no root")
-    weights = shard_weights(shards, topology.num_ranks)
+    weights = uneven_weights(kind, shards, topology.num_ranks)
     if weights is None:
         return None
+    if root is not None:
+        raise InputError("", "root", f"{kind} takes no root")
     total = sum(weights)
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1 or chunks % total):
         raise InputError("", "chunks", f"uneven shards {list(weights)} need chunks to be a multiple of {total}, "

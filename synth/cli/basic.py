@@ -200,7 +200,6 @@ def _solver_status(algorithm: str, options: dict[str, object]) -> Any:
     """A status line on stderr (a terminal only, not with --quiet) fed by an algorithm's ``progress``
     callback, when it takes one and none was given."""
     import contextlib
-    import inspect
     import sys
 
     from synth.algorithms import REGISTRY
@@ -209,7 +208,7 @@ def _solver_status(algorithm: str, options: dict[str, object]) -> Any:
 
     entry = REGISTRY.get(algorithm)
     if (entry is None or "progress" in options or VERBOSITY["level"] == 0 or not sys.stderr.isatty()
-            or ("progress" not in inspect.signature(entry.load()).parameters
+            or (not entry.takes("progress")
                 and "progress" not in chooser_options(algorithm))):
         return contextlib.nullcontext()
 

@@ -158,13 +158,11 @@ SHARDS_HELP = ("allgather, reducescatter: uneven shards (allgatherv, reduce-scat
 def shards_argument(text: str | None, kind: Any, topology: Topology, option: str = "--shards") -> tuple[int, ...] | None:
     """``--shards`` as the smallest whole weights in the same proportions (None without it, or when every
     shard is the same size, noted), refused naming the option for another collective or a wrong count."""
-    from synth.collectives import Kind, shard_weights
+    from synth.collectives import uneven_weights
 
     if text is None:
         return None
-    if kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER):
-        raise InputError("", option, f"uneven shards are for allgather and reducescatter, not {kind}")
-    weights = shard_weights(text, topology.num_ranks, field=option)
+    weights = uneven_weights(kind, text, topology.num_ranks, field=option)
     if weights is None:
         note(f"{option}: every shard is the same size; the plain {kind}")
     return weights
@@ -172,16 +170,11 @@ def shards_argument(text: str | None, kind: Any, topology: Topology, option: str
 
 def check_takes_shards(algorithm: str, option: str = "--shards") -> None:
     """Refuse uneven shards for a registered algorithm without a ``shards`` option, naming those with one."""
-    import inspect
-
     from synth.algorithms import REGISTRY
 
-    def takes(name: str) -> bool:
-        return "shards" in inspect.signature(REGISTRY[name].load()).parameters
-
-    if algorithm in REGISTRY and not takes(algorithm):
+    if algorithm in REGISTRY and not REGISTRY[algorithm].takes("shards"):
         raise InputError("", option, f"{algorithm} does not take uneven shards; "
-                         f"{', '.join(name for name in sorted(REGISTRY) if takes(name))} do")
+                         f"{', '.join(name for name in sorted(REGISTRY) if REGISTRY[name].takes('shards'))} do")
 
 
 def check_chunks(chunks: int, option: str) -> None:

@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 from synth.algorithms.forest.packing import QUICK_SHALLOW_SHARE, SHALLOW_ARC_BUDGET
 from synth.algorithms.forest.plan import ForestPlan, get_plan, is_symmetric
-from synth.collectives import Collective, Kind, shard_weights
+from synth.collectives import Collective, Kind, uneven_weights
 from synth.errors import InputError, NotApplicable
 from synth.schedule import REDUCE, Schedule
 from synth.topology import Topology
@@ -292,7 +292,7 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
                   shallow_share: float | None = None, shards: Any = None) -> TreeSchedule:
     _check_options(kind, max_trees_per_root, pipelined, symmetric, spread)
     n = topology.num_ranks
-    weights = None if shards is None else shard_weights(shards, n)
+    weights = uneven_weights(kind, shards, n)
     extra: dict[str, Any] = {"spread": True} if spread else {}
     limit = max_trees_per_root
     table = _PathTable()
@@ -301,8 +301,6 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         return TreeSchedule(collective, topology.name, topology.gpus, "forest", params, table.paths(), tuple(phases))
 
     if kind in (Kind.BROADCAST, Kind.REDUCE):
-        if weights is not None:
-            raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
         root = 0 if root is None else root
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
             raise InputError("", "root", f"{kind} needs a root rank in 0..{n - 1}, got {root!r}")
@@ -340,8 +338,6 @@ def _forest_trees(topology: Topology, kind: Kind, chunks: int | None, root: int 
         all_op: Literal["reduce", "broadcast"] = BROADCAST if kind == Kind.ALLGATHER else REDUCE
         trees = _tree_copies(plan, chunks_of, table, all_op == REDUCE)
         return form(collective, params, [TreePhase(all_op, trees)])
-    if weights is not None:
-        raise InputError("", "shards", f"uneven shards are for allgather and reducescatter, not {kind}")
 
     if kind != Kind.ALLREDUCE:
         raise NotApplicable(f"forest does not do {kind}")
