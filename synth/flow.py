@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -101,7 +101,9 @@ class FlowResult:
 
 @dataclass
 class _Classes:
-    """Path classes: their links (CSR incidence), latency (s) and whether they have no links."""
+    """Path classes: their links (CSR incidence), latency (s) and whether they have no links; and per
+    class, the slices each of its transfers sends, how many may be in flight, the bytes of one slice (in
+    the units the capacities count) and the part of a joint simulation its transfers belong to."""
 
     of_transfer: np.ndarray
     entry_link: np.ndarray
@@ -109,6 +111,10 @@ class _Classes:
     capacity: np.ndarray
     delay: np.ndarray
     local: np.ndarray
+    slices: np.ndarray
+    window: np.ndarray
+    slice_bytes: np.ndarray
+    part: np.ndarray
 
 
 def _switch_charges(schedule: Schedule | TreeSchedule,
@@ -153,80 +159,135 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
     trees-form schedule streams through without its transfers being held: (classes, each transfer's
     number of deps, every transfer's deps one after the other). ``schedule``, when it has switch ops,
     adds the switches' throughputs as resources (see the module doc)."""
-    charged, network_op = _switch_charges(schedule, topology) if schedule is not None else ({}, [])
-    costs = plan.costs
-    boxes = topology.boxes
-    efficiency = float(costs.efficiency)
-    link_index: dict[tuple[str, str], int] = {}
-    #: (switch, "reduction" or "multicast") -> its throughput's index among the capacities
-    resource_index: dict[tuple[str, str], int] = {}
-    capacity: list[float] = []
-    class_of_path: dict[tuple[str, ...], int] = {}
-    entry_link: list[int] = []
-    entry_class: list[int] = []
-    delay: list[float] = []
-    local: list[bool] = []
-    ids, of_class, dep_counts, dep_flat = array("q"), array("q"), array("q"), array("q")
+    return _joint_classes([(transfers, count, topology, plan, schedule)])
 
-    def new_class(t: Transfer, key: Any) -> int:
-        cls = len(delay)
-        class_of_path[key] = cls
+
+#: One part of a joint simulation: its transfers, how many, the topology view they run on (the same
+#: fabric for every part), the plan and the schedule (for its switch ops).
+_Part = tuple[Iterable[Transfer], int, Topology, Plan, "Schedule | TreeSchedule | None"]
+
+
+def _joint_classes(parts: list[_Part]) -> tuple[_Classes, np.ndarray, np.ndarray]:
+    """:func:`_classes` of several schedules that run at once on one fabric: part p's transfer ids are
+    offset by the transfers of the parts before it, a class never mixes parts (its slices have one size),
+    and links are shared by their ends. Capacities are scaled by the first part's protocol efficiency; a
+    part of another efficiency has its slices scaled by the ratio, so each moves at its protocol's rate
+    through a link it shares (one part: exactly :func:`_classes`)."""
+    build = _ClassBuilder(float(parts[0][3].costs.efficiency))
+    #: where each part's transfers and deps start in ``ids`` and ``dep_flat`` (offset there afterwards)
+    id_starts: list[int] = []
+    dep_starts: list[int] = []
+    for part_index, (transfers, _, topology, plan, schedule) in enumerate(parts):
+        id_starts.append(len(build.ids))
+        dep_starts.append(len(build.dep_flat))
+        build.add(part_index, transfers, topology, plan, schedule)
+    total = sum(part[1] for part in parts)
+    by_id = np.frombuffer(build.ids, dtype=np.int64) if total else np.empty(0, dtype=np.int64)
+    flat = (np.frombuffer(build.dep_flat, dtype=np.int64).copy() if len(build.dep_flat)
+            else np.empty(0, dtype=np.int64))
+    if len(parts) > 1:
+        by_id = by_id.copy()
+        for index, part in enumerate(parts[:-1]):  # each later part's ids and deps move past this one's
+            by_id[id_starts[index + 1]:] += part[1]
+            flat[dep_starts[index + 1]:] += part[1]
+    of_transfer = np.empty(total, dtype=np.int64)
+    of_transfer[by_id] = np.frombuffer(build.of_class, dtype=np.int64) if total else by_id
+    counts = np.empty(total, dtype=np.int64)
+    counts[by_id] = np.frombuffer(build.dep_counts, dtype=np.int64) if total else by_id
+    classes = _Classes(of_transfer, np.array(build.entry_link, dtype=np.int64),
+                       np.array(build.entry_class, dtype=np.int64), np.array(build.capacity, dtype=np.float64),
+                       np.array(build.delay, dtype=np.float64), np.array(build.local, dtype=bool),
+                       np.array(build.slices, dtype=np.int64), np.array(build.window, dtype=np.int64),
+                       np.array(build.slice_bytes, dtype=np.float64), np.array(build.part, dtype=np.int64))
+    return classes, counts, flat
+
+
+class _ClassBuilder:
+    """The flat lists :func:`_joint_classes` fills, part by part: links (shared by their ends), switch
+    resources, classes (per part) and the transfers' ids, classes and deps (each part's own ids)."""
+
+    def __init__(self, reference_efficiency: float) -> None:
+        self.reference_efficiency = reference_efficiency
+        self.link_index: dict[tuple[str, str], int] = {}
+        #: (switch, "reduction" or "multicast") -> its throughput's index among the capacities
+        self.resource_index: dict[tuple[str, str], int] = {}
+        self.capacity: list[float] = []
+        self.entry_link: list[int] = []
+        self.entry_class: list[int] = []
+        self.delay: list[float] = []
+        self.local: list[bool] = []
+        self.slices: list[int] = []
+        self.window: list[int] = []
+        self.slice_bytes: list[float] = []
+        self.part: list[int] = []
+        self.ids, self.of_class, self.dep_counts, self.dep_flat = array("q"), array("q"), array("q"), array("q")
+
+    def add(self, part_index: int, transfers: Iterable[Transfer], topology: Topology, plan: Plan,
+            schedule: Schedule | TreeSchedule | None) -> None:
+        """One part's transfers, in one pass (its classes made as their paths first appear)."""
+        charged, network_op = _switch_charges(schedule, topology) if schedule is not None else ({}, [])
+        efficiency = float(plan.costs.efficiency)
+        slice_bytes = float(plan.slice_bytes)
+        if efficiency != self.reference_efficiency:
+            slice_bytes = slice_bytes * self.reference_efficiency / efficiency
+        class_of_path: dict[Any, int] = {}  # per part: a class never mixes parts
+        known = class_of_path.get
+        ids, of_class, dep_counts, dep_flat = self.ids, self.of_class, self.dep_counts, self.dep_flat
+        for t in transfers:
+            key: Any = t.path
+            op_index = t.switch_op
+            if network_op and op_index is not None:
+                resource = charged.get(t.id)
+                key = (t.path, None if resource is None else resource[:2], network_op[op_index])
+            cls = known(key)
+            if cls is None:
+                cls = class_of_path[key] = self._new_class(t, topology, plan, charged, network_op)
+                self.slice_bytes.append(slice_bytes)
+                self.part.append(part_index)
+            ids.append(t.id)
+            of_class.append(cls)
+            deps = t.deps
+            dep_counts.append(len(deps))
+            dep_flat.extend(deps)
+
+    def _new_class(self, t: Transfer, topology: Topology, plan: Plan,
+                   charged: dict[int, tuple[str, str, float]], network_op: list[bool]) -> int:
+        """A new class for ``t``'s path: its link entries, delay, slices and window."""
+        cls = len(self.delay)
         for hop in zip(t.path, t.path[1:], strict=False):
-            index = link_index.get(hop)
+            index = self.link_index.get(hop)
             if index is None:
-                index = len(capacity)
-                link_index[hop] = index
-                capacity.append(topology.bandwidth(*hop) * GIGA * efficiency)
-            entry_link.append(index)
-            entry_class.append(cls)
+                index = len(self.capacity)
+                self.link_index[hop] = index
+                self.capacity.append(topology.bandwidth(*hop) * GIGA * self.reference_efficiency)
+            self.entry_link.append(index)
+            self.entry_class.append(cls)
         resource = charged.get(t.id)
         if resource is not None:  # kept apart from the links: a node may be named "reduction" or "multicast"
-            index = resource_index.get(resource[:2])
+            index = self.resource_index.get(resource[:2])
             if index is None:
-                index = len(capacity)
-                resource_index[resource[:2]] = index
-                capacity.append(resource[2] * GIGA * efficiency)
-            entry_link.append(index)
-            entry_class.append(cls)
+                index = len(self.capacity)
+                self.resource_index[resource[:2]] = index
+                self.capacity.append(resource[2] * GIGA * self.reference_efficiency)
+            self.entry_link.append(index)
+            self.entry_class.append(cls)
         is_local = len(t.path) < 2
-        local.append(is_local)
+        self.local.append(is_local)
         if is_local:
-            delay.append(0.0)
+            self.delay.append(0.0)
         else:
+            costs = plan.costs
             op_index = t.switch_op
             if op_index is not None:
                 between_boxes = network_op[op_index]
             else:
+                boxes = topology.boxes
                 between_boxes = boxes is not None and boxes[t.src] != boxes[t.dst]  # type: ignore[index]
             step = costs.network_step_latency_us if between_boxes else costs.step_latency_us
-            delay.append((topology.path_latency(t.path) + step) * MICRO)
+            self.delay.append((topology.path_latency(t.path) + step) * MICRO)
+        self.slices.append(plan.slices)
+        self.window.append(plan.window)
         return cls
-
-    known = class_of_path.get
-    for t in transfers:
-        key: Any = t.path
-        op_index = t.switch_op
-        if network_op and op_index is not None:
-            resource = charged.get(t.id)
-            key = (t.path, None if resource is None else resource[:2], network_op[op_index])
-        cls = known(key)
-        ids.append(t.id)
-        of_class.append(new_class(t, key) if cls is None else cls)
-        deps = t.deps
-        dep_counts.append(len(deps))
-        dep_flat.extend(deps)
-    of_transfer = np.empty(count, dtype=np.int64)
-    by_id = np.frombuffer(ids, dtype=np.int64) if count else np.empty(0, dtype=np.int64)
-    of_transfer[by_id] = np.frombuffer(of_class, dtype=np.int64) if count else by_id
-    counts = np.empty(count, dtype=np.int64)
-    counts[by_id] = np.frombuffer(dep_counts, dtype=np.int64) if count else by_id
-    classes = _Classes(of_transfer, np.array(entry_link, dtype=np.int64), np.array(entry_class, dtype=np.int64),
-                       np.array(capacity, dtype=np.float64), np.array(delay, dtype=np.float64),
-                       np.array(local, dtype=bool))
-    flat = np.frombuffer(dep_flat, dtype=np.int64).copy() if len(dep_flat) else np.empty(0, dtype=np.int64)
-    return classes, counts, flat
-
-
 
 
 #: Memory for remembered max-min rates, in bytes (each set of active flows costs 8 bytes per path class).
@@ -325,15 +386,95 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
     from synth import flow_kernels
 
     limit = 2**63 - 1 if work_limit is None else min(int(work_limit), 2**63 - 1)
-    outcome, time_s, events, rate_updates, work = flow_kernels.run(
-        plan.slices, plan.window, float(plan.slice_bytes), _TOLERANCE, base,
-        math.inf if cutoff is None else float(cutoff), limit, *arrays)
+    outcome, time_s, events, rate_updates, work, _ = flow_kernels.run(
+        _TOLERANCE, np.array([base]), math.inf if cutoff is None else float(cutoff), limit, *arrays)
     if outcome == flow_kernels.STALLED:
         raise _stall_error()
     if outcome == flow_kernels.PAST_WORK_LIMIT:
         assert work_limit is not None
         raise _work_limit_error(schedule, size, plan, work_limit, int(events))
     return FlowResult(float(time_s), int(events), int(rate_updates), int(work))
+
+
+@dataclass(frozen=True)
+class JointResult:
+    """What a joint simulation found: each schedule's finish time (s, in the order given) and the work."""
+
+    finish_s: tuple[float, ...]
+    events: int
+    rate_updates: int
+    sharing_work: int
+
+    @property
+    def time_s(self) -> float:
+        """The makespan: when the last of the schedules finishes."""
+        return max(self.finish_s, default=0.0)
+
+
+def simulate_together(parts: Sequence[tuple[Schedule | TreeSchedule, Topology, int, Plan]],
+                      work_limit: int | None = None, engine: Engine = "compiled") -> JointResult:
+    """Several schedules started together on one fabric, sharing its links and switches: each part is a
+    schedule, the topology it was made on (the fabric, or a :func:`synth.groups.group_view` of it), its
+    message size and its plan.
+
+    Every part runs as :func:`simulate` runs it alone (its slices, window, latencies and fixed cost), and
+    every link's bandwidth is shared max-min among the slices of every part crossing it at that moment;
+    a part finishes at its last arrival plus its own fixed latency. One part gives exactly
+    :func:`simulate_detailed`'s time. Parts of different protocols share a link at each one's efficiency
+    (a slice of payload p at efficiency e occupies p / e of the wire).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms import synthesize
+    >>> topo = load_topology("ring:n=2,latency=0,bandwidth=1")
+    >>> ring = synthesize(topo, "allgather", "ring")
+    >>> plan = make_plan(ring.chunks, 2 * 10**9, "ideal")
+    >>> [round(t, 9) for t in simulate_together([(ring, topo, 2 * 10**9, plan)] * 2).finish_s]  # each at half rate
+    [2.0, 2.0]
+    """
+    if not parts:
+        return JointResult((), 0, 0, 0)
+    fabric = parts[0][1].graph
+    for index, (_, view, _, _) in enumerate(parts):
+        if view.graph is not fabric and (set(view.graph.edges) != set(fabric.edges)):
+            raise InputError("", f"parts[{index}]", "expected schedules on one fabric (the same links), got "
+                             f"{view.name!r} and {parts[0][1].name!r}")
+    running = [(schedule, view, size, plan) for schedule, view, size, plan in parts if _transfers(schedule)[0]]
+    joint = [(*_transfers(schedule)[::-1], view, plan, schedule) for schedule, view, _, plan in running]
+    finish = [0.0] * len(parts)
+    if not joint:
+        return JointResult(tuple(finish), 0, 0, 0)
+    classes, dep_counts, dep_flat = _joint_classes([(t, c, v, p, s) for t, c, v, p, s in joint])
+    part_base = np.array([fixed_latency_s(view, plan) for _, view, _, plan in running])
+    limit = 2**63 - 1 if work_limit is None else min(int(work_limit), 2**63 - 1)
+
+    def over_limit(events: int) -> LimitError:
+        return LimitError(f"joint flow simulation of {len(parts)} schedules: link sharing past the work limit "
+                          f"of {limit:,} after {events:,} events")
+
+    if engine == "reference":
+        from synth.flow_reference import run_reference
+
+        result, part_finish = run_reference(classes, dep_counts, dep_flat, part_base, None, work_limit, over_limit)
+        events, rate_updates, work = result.events, result.rate_updates, result.sharing_work
+    elif engine == "compiled":
+        from synth import flow_kernels
+
+        arrays = _kernel_arrays(classes, dep_counts, dep_flat)
+        outcome, _, events, rate_updates, work, part_finish = flow_kernels.run(
+            _TOLERANCE, part_base, math.inf, limit, *arrays)
+        if outcome == flow_kernels.STALLED:
+            raise _stall_error()
+        if outcome == flow_kernels.PAST_WORK_LIMIT:
+            raise over_limit(int(events))
+    else:
+        raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
+    times = iter(part_finish.tolist())
+    for index, part in enumerate(parts):
+        if _transfers(part[0])[0]:
+            finish[index] = next(times)
+    return JointResult(tuple(finish), int(events), int(rate_updates), int(work))
 
 
 #: The topology metadata key of a network stack's fixed cost per collective across boxes (µs).
@@ -364,7 +505,7 @@ def fixed_latency_s(topology: Topology, plan: Plan) -> float:
 
 def _kernel_arrays(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarray) -> tuple[Any, ...]:
     """The arrays :func:`synth.flow_kernels.run` takes after its scalars: the classes of the transfers, their
-    delays and which are local, the deps and children (CSR), the lone classes' narrowest link, the shared
+    delays and which are local, their slices, window, slice bytes and part, the deps and children (CSR), the lone classes' narrowest link, the shared
     classes and where each class is among them (-1: lone), the shared classes' class-link entries (link,
     position among the shared), the link capacities and the memo's entry limit (as :class:`_MaxMin` of
     :mod:`synth.flow_reference` sets them up)."""
@@ -385,7 +526,8 @@ def _kernel_arrays(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarr
     fill_link = np.ascontiguousarray(entry_link[~lone_entries], dtype=np.int64)
     fill_slot = shared_at[entry_class[~lone_entries]]
     memo_entries = max(1, MEMO_BYTES // (16 * max(1, len(shared))))
-    return (np.ascontiguousarray(classes.of_transfer, dtype=np.int64), classes.delay, classes.local, dep_ptr,
+    return (np.ascontiguousarray(classes.of_transfer, dtype=np.int64), classes.delay, classes.local,
+            classes.slices, classes.window, classes.slice_bytes, classes.part, dep_ptr,
             np.ascontiguousarray(dep_flat, dtype=np.int64), child_ptr, np.ascontiguousarray(child_flat),
             narrowest, shared, shared_at, fill_link, fill_slot, np.ascontiguousarray(capacity, dtype=np.float64),
             memo_entries)

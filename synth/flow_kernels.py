@@ -297,9 +297,10 @@ def _shared_rates(members: np.ndarray, rate: np.ndarray, shared: np.ndarray, fil
 @_compiled
 def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finished: int, quick_a: np.ndarray,
             quick_b: np.ndarray, rows: np.ndarray, mark: np.ndarray, busy: np.ndarray, sent: np.ndarray,
-            arrived: np.ndarray, slices: int, window: int, dep_ptr: np.ndarray, dep_flat: np.ndarray,
-            child_ptr: np.ndarray, child_flat: np.ndarray, of_class: np.ndarray, local: np.ndarray,
-            members: np.ndarray, progress: np.ndarray, head: np.ndarray, slice_bytes: float,
+            arrived: np.ndarray, class_slices: np.ndarray, class_window: np.ndarray, dep_ptr: np.ndarray,
+            dep_flat: np.ndarray, child_ptr: np.ndarray, child_flat: np.ndarray, of_class: np.ndarray,
+            local: np.ndarray, members: np.ndarray, progress: np.ndarray, head: np.ndarray,
+            class_slice_bytes: np.ndarray, multi: bool, class_part: np.ndarray, part_hit: np.ndarray,
             ring_base: np.ndarray, ring_cap: np.ndarray, ring_front: np.ndarray, ring_len: np.ndarray,
             ring_threshold: np.ndarray, ring_row: np.ndarray, active: np.ndarray, touched: np.ndarray,
             flagged: np.ndarray, counters: np.ndarray) -> tuple[int, bool]:
@@ -312,9 +313,11 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
     (``mark``ed with a fresh stamp, ``counters[2]``): the finished and arrived transfers and the arrived
     ones' children; (2) those whose next slice may start, every test reading the state before any of
     them starts: none streaming, slices left, the slice ``window`` back arrived, and this slice of every
-    dep; (3) start them: a local one arrives at once (``quick``, handled on the next round), any other
-    joins its class's queue at ``progress + slice_bytes`` (the counter restarting at 0 on an idle class),
-    the class noted as touched (``counters``: classes with members, classes touched).
+    dep (slices and window are its class's); (3) start them: a local one arrives at once (``quick``,
+    handled on the next round), any other joins its class's queue at ``progress + slice_bytes`` (the
+    counter restarting at 0 on an idle class), the class noted as touched (``counters``: classes with
+    members, classes touched). With ``multi`` (a joint simulation), every part a slice arrived in is
+    flagged in ``part_hit``.
     """
     done = 0
     any_arrival = False
@@ -338,6 +341,8 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
                 count += 1
         for i in range(n_a):
             parent = source_a[i]
+            if multi:
+                part_hit[class_part[of_class[parent]]] = True
             for k in range(child_ptr[parent], child_ptr[parent + 1]):
                 row = child_flat[k]
                 if mark[row] != stamp:
@@ -348,7 +353,8 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
         for i in range(count):
             row = rows[i]
             next_slice = sent[row]
-            if busy[row] or next_slice >= slices or arrived[row] <= next_slice - window:
+            c = of_class[row]
+            if busy[row] or next_slice >= class_slices[c] or arrived[row] <= next_slice - class_window[c]:
                 continue
             ready = True
             for k in range(dep_ptr[row], dep_ptr[row + 1]):
@@ -373,11 +379,11 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
             busy[row] = True
             if ring_len[c] == 0:
                 progress[c] = 0.0
-                head[c] = slice_bytes
+                head[c] = class_slice_bytes[c]
                 active[counters[0]] = c
                 counters[0] += 1
             at = ring_base[c] + (ring_front[c] + ring_len[c]) % ring_cap[c]
-            ring_threshold[at] = progress[c] + slice_bytes
+            ring_threshold[at] = progress[c] + class_slice_bytes[c]
             ring_row[at] = row
             ring_len[c] += 1
             members[c] += 1
@@ -393,13 +399,19 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
 
 
 @_compiled
-def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float, base: float, cutoff: float,
-        work_limit: int, of_class: np.ndarray, delay: np.ndarray, local: np.ndarray, dep_ptr: np.ndarray,
+def run(relative_tolerance: float, part_base: np.ndarray, cutoff: float, work_limit: int, of_class: np.ndarray,
+        delay: np.ndarray, local: np.ndarray, class_slices: np.ndarray, class_window: np.ndarray,
+        class_slice_bytes: np.ndarray, class_part: np.ndarray, dep_ptr: np.ndarray,
         dep_flat: np.ndarray, child_ptr: np.ndarray, child_flat: np.ndarray, narrowest: np.ndarray,
         shared: np.ndarray, shared_at: np.ndarray, fill_link: np.ndarray, fill_slot: np.ndarray,
-        capacity: np.ndarray, memo_entries: int) -> tuple[int, float, int, int, int]:
-    """The event loop: (outcome, time, events, rate updates, link-sharing work), the outcome one of
-    :data:`DONE`, :data:`CUT_OFF` (time inf), :data:`STALLED` and :data:`PAST_WORK_LIMIT`.
+        capacity: np.ndarray, memo_entries: int) -> tuple[int, float, int, int, int, np.ndarray]:
+    """The event loop: (outcome, time, events, rate updates, link-sharing work, each part's finish), the
+    outcome one of :data:`DONE`, :data:`CUT_OFF` (time inf), :data:`STALLED` and :data:`PAST_WORK_LIMIT`.
+
+    The slices per transfer, slices in flight and bytes per slice are per class; ``class_part`` and
+    ``part_base`` (each part's fixed latency, s) make it a joint simulation of several schedules, each
+    part finishing at its last arrival plus its base latency, and the time the latest of them (one
+    part: the plain simulation).
 
     Longer than the house limit on purpose: the reference's loop body step for step (rates, step, progress
     and finished slices, departures and arrivals, settle) over state that lives in this frame (arrays
@@ -410,7 +422,12 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     count = of_class.size
     num_classes = delay.size
     width = shared.size
-    tolerance = relative_tolerance * slice_bytes
+    class_tolerance = relative_tolerance * class_slice_bytes
+    parts = part_base.size
+    multi = parts > 1
+    base = part_base.min()
+    part_hit = np.zeros(parts, dtype=np.bool_)
+    part_last = np.zeros(parts)
     sent = np.zeros(count, dtype=np.int64)
     arrived = np.zeros(count, dtype=np.int64)
     busy = np.zeros(count, dtype=np.bool_)
@@ -456,7 +473,9 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
     hit = np.empty(width, dtype=np.bool_)
 
     done = 0
-    total = count * slices
+    total = 0
+    for row in range(count):
+        total += class_slices[of_class[row]]
     now = 0.0
     events = 0
     rate_updates = 0
@@ -468,18 +487,20 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
             finished[n_finished] = row
             n_finished += 1
     added, any_arrival = _settle(arrivals, 0, finished, n_finished, quick_a, quick_b, rows, mark, busy, sent,
-                                 arrived, slices, window, dep_ptr, dep_flat, child_ptr, child_flat, of_class,
-                                 local, members, progress, head, slice_bytes, ring_base, ring_cap, ring_front,
-                                 ring_len, ring_threshold, ring_row, active, touched, flagged, counters)
+                                 arrived, class_slices, class_window, dep_ptr, dep_flat, child_ptr, child_flat,
+                                 of_class, local, members, progress, head, class_slice_bytes, multi, class_part,
+                                 part_hit, ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
+                                 active, touched, flagged, counters)
     done += added
+    part_hit[:] = False  # what arrives at time 0 leaves each part's last arrival at 0
     while done < total:
         # Slices are still to arrive, none before ``now``: the time is at least now + base.
         if now + base > cutoff:
-            return CUT_OFF, np.inf, events, rate_updates, work
+            return CUT_OFF, np.inf, events, rate_updates, work, part_last
         events += 1
         streaming = counters[0] > 0
         if not streaming and pool[0] == 0:
-            return STALLED, np.nan, events, rate_updates, work
+            return STALLED, np.nan, events, rate_updates, work, part_last
         if counters[1] > 0:
             differ = False
             for i in range(counters[1]):
@@ -499,7 +520,7 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
                     rated[touched[i]] = members[touched[i]]
                 rate_updates += 1
                 if work > work_limit:
-                    return PAST_WORK_LIMIT, np.nan, events, rate_updates, work
+                    return PAST_WORK_LIMIT, np.nan, events, rate_updates, work, part_last
             for i in range(counters[1]):
                 flagged[touched[i]] = False
             counters[1] = 0
@@ -529,8 +550,8 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
             i = counters[0] - 1
             while i >= 0:
                 c = active[i]
-                if head[c] <= progress[c] + tolerance:
-                    limit = progress[c] + tolerance
+                if head[c] <= progress[c] + class_tolerance[c]:
+                    limit = progress[c] + class_tolerance[c]
                     at = ring_base[c]
                     while ring_len[c] > 0 and ring_threshold[at + ring_front[c]] <= limit:
                         finished[n_finished] = ring_row[at + ring_front[c]]
@@ -603,14 +624,22 @@ def run(slices: int, window: int, slice_bytes: float, relative_tolerance: float,
         for i in range(n_arrived):
             arrived[arrivals[i]] += 1
         added, any_arrival = _settle(arrivals, n_arrived, finished, n_finished, quick_a, quick_b, rows, mark,
-                                     busy, sent, arrived, slices, window, dep_ptr, dep_flat, child_ptr,
-                                     child_flat, of_class, local, members, progress, head, slice_bytes,
-                                     ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
+                                     busy, sent, arrived, class_slices, class_window, dep_ptr, dep_flat,
+                                     child_ptr, child_flat, of_class, local, members, progress, head,
+                                     class_slice_bytes, multi, class_part, part_hit, ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
                                      active, touched, flagged, counters)
         done += added
         if any_arrival:
             last_arrival = now
-    finish = last_arrival + base
+            if multi:
+                for p in range(parts):
+                    if part_hit[p]:
+                        part_last[p] = now
+                        part_hit[p] = False
+    if not multi:
+        part_last[0] = last_arrival
+    part_finish = part_last + part_base
+    finish = part_finish.max()
     if finish > cutoff:
-        return CUT_OFF, np.inf, events, rate_updates, work
-    return DONE, finish, events, rate_updates, work
+        return CUT_OFF, np.inf, events, rate_updates, work, part_finish
+    return DONE, finish, events, rate_updates, work, part_finish

@@ -33,6 +33,7 @@ import heapq
 import itertools
 import math
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from synth.flow import (
     _TOLERANCE,
     MEMO_BYTES,
     FlowResult,
+    _Classes,
     _classes,
     _csr,
     _shared_classes,
@@ -161,23 +163,41 @@ def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np
 
 def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan,
                        cutoff: float | None = None, work_limit: int | None = None) -> FlowResult:
-    """:func:`synth.flow.simulate_detailed` by the reference engine (same arguments, same result).
+    """:func:`synth.flow.simulate_detailed` by the reference engine (same arguments, same result)."""
+    count, transfers = _transfers(schedule)
+    base = fixed_latency_s(topology, plan)
+    if count == 0:
+        return FlowResult(0.0, 0, 0)
+    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
+
+    def over_limit(events: int) -> Exception:
+        assert work_limit is not None
+        return _work_limit_error(schedule, size, plan, work_limit, events)
+
+    return run_reference(classes, dep_counts, dep_flat, np.array([base]), cutoff, work_limit, over_limit)[0]
+
+
+def run_reference(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarray, part_base: np.ndarray,
+                  cutoff: float | None, work_limit: int | None,
+                  over_limit: Callable[[int], Exception]) -> tuple[FlowResult, np.ndarray]:
+    """The reference event loop over ``classes`` (:func:`synth.flow._joint_classes`): the result and each
+    part's finish (its last arrival plus its ``part_base``), as :func:`synth.flow_kernels.run` gives them.
 
     Longer than the house limit on purpose: one event loop over numpy state arrays shared with its two
     nested steps (``start``: slices that may start now; ``settle``: what finishing and arriving slices
     free), each under 40 lines; the loop body is the model's definition read in one place, and it runs
     once per event on schedules of millions of slice transfers, so its state stays in local variables.
     """
-    count, transfers = _transfers(schedule)
-    base = fixed_latency_s(topology, plan)
-    if count == 0:
-        return FlowResult(0.0, 0, 0)
-    slices = plan.slices
-    window = plan.window
-    slice_bytes = float(plan.slice_bytes)
-    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
+    count = len(dep_counts)
+    base = float(part_base.min())
     num_classes = len(classes.delay)
     of_class = classes.of_transfer
+    slices_of = classes.slices[of_class]
+    window_of = classes.window[of_class]
+    part_of = classes.part[of_class]
+    multi = len(part_base) > 1
+    part_last = np.zeros(len(part_base))
+    class_slice_bytes = classes.slice_bytes
     delay_of = classes.delay[of_class]
     local_of = classes.local[of_class]
     sharing = _MaxMin(classes.entry_link, classes.entry_class, classes.capacity, num_classes)
@@ -200,17 +220,17 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
     sequence = itertools.count()
     changed = False
     done = 0
-    total = count * slices
+    total = int(slices_of.sum())
     now = 0.0
     events = 0
     rate_updates = 0
-    tolerance = _TOLERANCE * slice_bytes
+    tolerance = _TOLERANCE * class_slice_bytes
 
     last_arrival = 0.0
 
     def depmin(rows: np.ndarray) -> np.ndarray:
         values, owner = _gather(dep_ptr, dep_flat, rows)
-        result = np.full(len(rows), slices, dtype=np.int64)
+        result: np.ndarray = slices_of[rows].copy()
         if len(values):
             np.minimum.at(result, owner, arrived[values])
         return result
@@ -221,7 +241,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
         nonlocal changed
         rows: np.ndarray = candidates[~busy[candidates]]
         next_slice = sent[rows]
-        rows = rows[(next_slice < slices) & (arrived[rows] > next_slice - window)]
+        rows = rows[(next_slice < slices_of[rows]) & (arrived[rows] > next_slice - window_of[rows])]
         if len(rows) > 1:
             rows = np.unique(rows)
         elif not len(rows):
@@ -251,6 +271,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
                           for a, b in zip([0, *cuts], [*cuts, len(rows_sorted)], strict=True)]
             for c, group in groups:
                 queue = queues[c]
+                slice_bytes = float(class_slice_bytes[c])
                 if not queue:
                     progress[c] = 0.0
                     head[c] = slice_bytes
@@ -267,6 +288,8 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
         while len(pending_arrived) or len(pending_finished):
             if len(pending_arrived):
                 last_arrival = now
+                if multi:
+                    part_last[part_of[pending_arrived]] = now
             done += len(pending_arrived)
             children, _ = _gather(child_ptr, child_flat, pending_arrived)
             candidates = np.concatenate((pending_finished, pending_arrived, children))
@@ -279,7 +302,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
         while done < total:
             # Slices are still to arrive, none before ``now``: the time is at least now + base.
             if cutoff is not None and now + base > cutoff:
-                return FlowResult(math.inf, events, rate_updates, sharing.work)
+                return FlowResult(math.inf, events, rate_updates, sharing.work), part_last
             events += 1
             active = bool(members.any())
             if not active and not arrivals:
@@ -290,7 +313,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
                     rated[:] = members
                     rate_updates += 1
                     if work_limit is not None and sharing.work > work_limit:
-                        raise _work_limit_error(schedule, size, plan, work_limit, events)
+                        raise over_limit(events)
                 changed = False
             step = float(np.min((head - progress) / rate)) if active else np.inf
             if arrivals:
@@ -301,7 +324,7 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
                 progress += rate * step
                 for c in np.flatnonzero(head <= progress + tolerance).tolist():
                     queue = queues[c]
-                    limit = float(progress[c]) + tolerance
+                    limit = float(progress[c]) + tolerance[c]
                     while queue and queue[0][0] <= limit:
                         group = queue.popleft()[1]
                         finished_parts.append(group)
@@ -333,6 +356,9 @@ def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, si
             elif len(arrived_now):
                 np.add.at(arrived, arrived_now, 1)
             settle(arrived_now, finished)
-    finish = last_arrival + base
-    return FlowResult(math.inf if cutoff is not None and finish > cutoff else finish, events, rate_updates,
-                      sharing.work)
+    if not multi:
+        part_last[0] = last_arrival
+    part_finish = part_last + part_base
+    finish = float(part_finish.max())
+    return (FlowResult(math.inf if cutoff is not None and finish > cutoff else finish, events, rate_updates,
+                       sharing.work), part_finish)

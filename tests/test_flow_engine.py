@@ -162,3 +162,73 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
     monkeypatch.setattr(flow_kernels, "njit", njit)
     assert flow_kernels._compiled(len) is len
     assert seen == [{"cache": True, "error_model": "numpy", "nogil": True}, {"error_model": "numpy", "nogil": True}]
+
+
+def joint_same(parts, **options) -> flow.JointResult:
+    """Both engines' joint result, checked identical to the last digit."""
+    compiled = flow.simulate_together(parts, engine="compiled", **options)
+    reference = flow.simulate_together(parts, engine="reference", **options)
+    assert compiled == reference
+    assert [t.hex() for t in compiled.finish_s] == [t.hex() for t in reference.finish_s]
+    return compiled
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topology=topologies(max_gpus=6, max_switches=2), data=st.data())
+def test_joint_simulation_gives_the_reference_result(topology, data):
+    """Two schedules of different kinds, sizes, protocols and slicings at once: both engines agree; each
+    alone (one part) is exactly its plain simulation; together neither finishes before its lone time
+    by more than the model's reordering anomaly."""
+    parts = []
+    for _ in range(2):
+        algorithm, kind = data.draw(st.sampled_from([("ring", "allgather"), ("ring", "allreduce"),
+                                                     ("direct", "alltoall"), ("binomial", "broadcast"),
+                                                     ("forest", "allgather")]))
+        try:
+            schedule = synthesize(topology, kind, algorithm)
+        except SynthError:
+            event("refused")
+            return
+        size = data.draw(st.sampled_from([1000, 2**20, 10**8]))
+        plan = make_plan(schedule.chunks, size, data.draw(st.sampled_from(["ideal", "LL", "Simple"])),
+                         slices=data.draw(st.sampled_from([1, 2, 3])), window=data.draw(st.sampled_from([1, 8])))
+        parts.append((schedule, topology, size, plan))
+    together = joint_same(parts)
+    for (schedule, view, size, plan), finish in zip(parts, together.finish_s, strict=True):
+        alone = joint_same([(schedule, view, size, plan)])
+        assert alone.finish_s[0] == simulate_detailed(schedule, view, size, plan).time_s
+        assert finish >= alone.finish_s[0] * (1 - 0.02)
+    assert together.time_s == max(together.finish_s)
+
+
+def test_two_copies_share_a_link_at_half_rate_each():
+    topo = load_topology("ring:n=2,latency=0,bandwidth=1")
+    ring = synthesize(topo, "allgather", "ring")
+    plan = make_plan(ring.chunks, 10**9, "ideal")
+    alone = simulate(ring, topo, 10**9, plan)
+    together = joint_same([(ring, topo, 10**9, plan)] * 2)
+    assert together.finish_s == (pytest.approx(2 * alone), pytest.approx(2 * alone))
+    other = make_plan(ring.chunks, 10**9, "LL")  # half the payload rate on the wire
+    mixed = joint_same([(ring, topo, 10**9, plan), (ring, topo, 10**9, other)])
+    assert mixed.finish_s[0] < mixed.finish_s[1]
+
+
+def test_groups_on_disjoint_boxes_do_not_slow_each_other():
+    from synth.groups import group_view, parse_group
+
+    fabric = load_topology("dgx-h100:boxes=2")
+    parts = []
+    for index in (0, 1):
+        view = group_view(fabric, parse_group(fabric, f"tp=8:{index}"))
+        schedule = synthesize(view, "allreduce", "ring")
+        parts.append((schedule, view, 2**26, make_plan(schedule.chunks, 2**26, "Simple")))
+    together = joint_same(parts)
+    assert together.finish_s == tuple(simulate(s, v, n, p) for s, v, n, p in parts)
+
+
+def test_a_joint_simulation_refuses_parts_on_other_fabrics():
+    a, b = load_topology("ring:n=4"), load_topology("ring:n=5")
+    ra, rb = synthesize(a, "allgather", "ring"), synthesize(b, "allgather", "ring")
+    with pytest.raises(InputError, match="one fabric"):
+        flow.simulate_together([(ra, a, 1000, make_plan(ra.chunks, 1000, "LL")),
+                                (rb, b, 1000, make_plan(rb.chunks, 1000, "LL"))])
