@@ -57,6 +57,8 @@ def commands_for(case: Case, out_dir: Path, good_xml: Path | None = None) -> lis
         return [["import", "chakra", str(case.path / "ring"), *with_topology, "-o", str(out_dir / "s.json")]]
     if case.kind == "network":
         return [["import", "msccl", str(good_xml), "--topology", path, "-o", str(out_dir / "s.json")]]
+    if case.kind == "job":
+        return [["compare", str(case.topology), "--job", path]]
     raise AssertionError(f"unknown kind {case.kind!r} in the manifest")
 
 
@@ -77,7 +79,7 @@ def test_manifest_covers_the_corpus():
     present = {p.name for p in BAD.iterdir() if p.name != "README.md"}
     assert present == listed, {"not in the manifest": present - listed, "missing files": listed - present}
     assert len(CASES) >= 40
-    assert {case.kind for case in CASES} == {"topology", "schedule", "msccl", "chakra", "network"}
+    assert {case.kind for case in CASES} == {"topology", "schedule", "msccl", "chakra", "network", "job"}
     assert len({case.file for case in CASES}) == len(CASES)
 
 

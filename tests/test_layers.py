@@ -31,7 +31,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 #: Layer -> modules; a package name covers its submodules unless a longer name is listed elsewhere.
 LAYERS: dict[str, tuple[str, ...]] = {
     "topology": ("synth.errors", "synth.limits", "synth.units", "synth.graphs", "synth.fileio", "synth.collectives",
-                 "synth.demand", "synth.topology", "synth.library", "synth.routing", "synth.groups", "synth.cuts", "synth.bounds", "synth.sketch",
+                 "synth.demand", "synth.jobs", "synth.topology", "synth.library", "synth.routing", "synth.groups", "synth.cuts", "synth.bounds", "synth.sketch",
                  "synth.proto"),
     "schedule": ("synth.schedule", "synth.trees", "synth.rank_deps"),
     "simulation": ("synth.plan", "synth.flow", "synth.flow_reference", "synth.flow_kernels", "synth.evaluate", "synth.trace", "synth.astra"),

@@ -121,10 +121,14 @@ def compare(
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
     group: Annotated[str | None, typer.Option("--group", "-g", help=GROUP_HELP)] = None,
+    job: Annotated[str | None, typer.Option("--job", help="a synth.job/1 file: collectives that run at once "
+                                            "(kind, size, group, demand); shows each alone and together, the "
+                                            "schedule set chosen, NCCL's set and the joint bound")] = None,
 ) -> None:
     """Run every applicable algorithm, verify each schedule, and print one table: time, algbw, busbw,
     % of the topology's lower bound on time, the speedup over the baseline (``nccl``: what NCCL would
-    run at that size; always run), the plan and synthesis time, the best per (collective, size) starred."""
+    run at that size; always run), the plan and synthesis time, the best per (collective, size) starred.
+    With ``--job``: the job's collectives run together (see docs/jobs.md)."""
     from synth.algorithms import REGISTRY
     from synth.compare import (
         BASELINE_ALGORITHMS,
@@ -138,6 +142,12 @@ def compare(
     )
 
     command_verbosity(quiet, verbose)
+    if job is not None:
+        _compare_job(topology, job, as_json, model, {
+            "--collective": collective, "--size": size, "--demand": demand, "--shards": shards, "--algorithm": algorithm,
+            "--group": group, "--plot": plot, "--protocol": protocol, "--slice-bytes": slice_bytes, "--slices": slices,
+            "--window": window, "--csv": as_csv or None})
+        return
     plan_choice = plan_options(protocol, slice_bytes, slices, window)
     topo = group_argument(topology_argument(topology), group)
     check_bound_work(topo, "compare (the bounds and the tree packing)")
@@ -196,6 +206,61 @@ def compare(
             raise InputError("", "--plot", "nothing to plot: no algorithm applied")
         save_figure(plot_compare(rows, title=f"{topo.name}: algbw by message size ({model} model)"), plot)
         note(f"wrote {shown(plot)}")
+
+
+def _compare_job(spec: str, path: str, as_json: bool, model: str, given: dict[str, Any]) -> None:
+    """``compare --job``: each collective's chosen schedule alone and together, NCCL's set, the joint bound;
+    ``given``: the options a job file replaces, refused when set."""
+    from synth.choose.job import choose_job, objective_value
+    from synth.jobs import load_job
+
+    for option, value in given.items():
+        if value is not None:
+            raise InputError("", option, "the job file gives each collective's kind, size, group, demand and "
+                             "algorithms; drop the option or the --job")
+    if model != "flow":
+        raise InputError("", "--model", "a job runs in the flow model (the collectives share its links); "
+                         f"expected flow, got {model!r}")
+    topo = topology_argument(spec)
+    job = load_job(path, topo)
+    check_bound_work(topo, "compare --job (the bounds and the tree packing)")
+    with progress_bar(None, f"running the job on {topo.name}") as (bar, task):
+        def step(what: str) -> None:
+            bar.update(task, description=f"running {what}")
+            detail(f"running {what}")
+            check_interrupted()
+
+        result = choose_job(topo, job, progress=step)
+    if as_json:
+        print_json({"topology": topo.name, "model": "flow", "job": shown(path), **result.to_dict()})
+        return
+    body = []
+    for index, m in enumerate(result.members):
+        c = m.collective
+        group = "every gpu" if c.members is None else f"{len(c.members)}: {c.members[0]}.."
+        nccl = "-" if result.nccl_finish_s is None else fmt_time(result.nccl_finish_s[index])
+        body.append([c.name, c.kind.value, format_size(c.size), group, m.chosen.algorithm, fmt_time(m.chosen.alone_s),
+                     fmt_time(m.finish_s), f"{m.slowdown:.2f}x", nccl, fmt_time(result.bound.alone_s[index])])
+    console.print(table(f"{topo.name}: {len(job.collectives)} collectives started together, flow model, all verified",
+                        ["name", "collective", "size", "group", "algorithm", "alone", "together", "slowdown",
+                         "nccl together", "own bound"], body, {2, 5, 6, 7, 8, 9}))
+    objective = result.objective_s()
+    bound = result.bound_s()
+    percent = 100 * bound / objective if objective > 0 else 100.0
+    what = "makespan" if job.objective == "makespan" else "weighted sum of finish times"
+    note(f"{what}: {fmt_time(objective)}; joint bound {fmt_time(bound)} ({percent:.1f}% of bound"
+         + (f", {result.bound.binding}" if job.objective == "makespan" else "") + ")")
+    if result.nccl_finish_s is not None:
+        base = objective_value(job, result.nccl_finish_s)
+        note(f"nccl for every collective, together: {fmt_time(base)} ({base / objective:.2f}x the chosen set's time)"
+             if objective > 0 else f"nccl for every collective, together: {fmt_time(base)}")
+    note(f"[dim]alone one after another: {fmt_time(result.serial_s)}; the slowest alone: "
+         f"{fmt_time(result.alone_makespan_s)}; {len(result.tried)} schedule sets simulated together[/dim]")
+    note("[dim]slowdown: the collective's finish in the job over its time alone (links shared max-min per "
+         "connection: a schedule with more transfers in flight takes a larger share); own bound: its lower bound "
+         "alone on its group[/dim]")
+    for name, algorithm, why in result.skipped:
+        note(f"[dim]skipped {name} {algorithm}: {why}[/dim]")
 
 
 def _compare_notes(topo: Topology, rows: list[Any], skipped: list[Any], base_names: list[str], kinds: list[Kind],
