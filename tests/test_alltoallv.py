@@ -221,13 +221,35 @@ def test_mcf_meets_the_bound_on_a_skewed_moe_dispatch():
     assert not skipped
     by = {row.algorithm: row for row in rows}
     share = by["mcf"].bound_time_s / by["mcf"].time_s
-    assert share >= 0.95, share
+    assert share >= 0.98, share  # compare makes mcf with its size choice (the slice size)
     assert by["direct"].time_s > 2 * by["mcf"].time_s and by["nccl"].time_s > 2 * by["mcf"].time_s
     # 1 GiB in all: a chunk (273 KiB) is one slice under the default plan rule, and a relayed chunk waits at
     # its relay for the whole of it (86.7% of the bound); in 4 slices the relays pipeline
     schedule = synthesize(topology, Kind.ALLTOALLV, "mcf", demand=demand)
     bound = time_bound(topology, Kind.ALLTOALLV, demand=demand)
     assert bound.time(1 << 30) / evaluate(schedule, topology, 1 << 30, slices=4).time_s >= 0.95
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100:boxes=2", "dgx-h100:boxes=2"])
+@pytest.mark.parametrize("zipf", [0.5, 1.5])
+def test_mcf_size_choice_reaches_98_percent_of_the_optimum(spec, zipf):
+    """The done-when of alltoallv (issue 44) at 1 GiB per gpu, top-2 of 8 experts per gpu: mcf with its
+    slice size chosen for the size reaches 98% of the exact optimum in the flow model, is never slower
+    than the plan rule's slicing, and beats NCCL's grouped send/receive by 1.3x where the skew loads a NIC."""
+    from synth.choose import synthesize as choose
+
+    topology = load_topology(spec)
+    demand = moe(16, experts_per_gpu=8, top_k=2, zipf=zipf, seed=0).to_chunks()
+    size = 16 << 30
+    chosen = choose(topology, Kind.ALLTOALLV, "mcf", demand=demand, size=size)
+    verify(chosen, topology)
+    seconds = evaluate(chosen, topology, size).time_s
+    assert seconds == chosen.params["modelled_time_s"]  # the time the choice recorded is the one evaluate gives
+    assert time_bound(topology, Kind.ALLTOALLV, demand=demand).time(size) / seconds >= 0.98
+    plain = synthesize(topology, Kind.ALLTOALLV, "mcf", demand=demand)
+    assert seconds <= evaluate(plain, topology, size).time_s
+    nccl = synthesize(topology, Kind.ALLTOALLV, "nccl", demand=demand, size=size)
+    assert evaluate(nccl, topology, size).time_s >= 1.3 * seconds
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -120,8 +120,8 @@ register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N
 register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")
 register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)",
          variants=({}, {"scheduler": "themis"}))
-register("mcf", "synth.algorithms.mcf:mcf", {A2A, A2AV}, "bandwidth-optimal alltoall(v): max concurrent flow LP (GLOP), rounded to chunks",
-         time_limited=True)
+register("mcf", "synth.algorithms.mcf:mcf", {A2A, A2AV}, "bandwidth-optimal alltoall(v): max concurrent flow LP (GLOP), "
+         "rounded to chunks; size=...: the slice size fastest at that size", size_sensitive=True, time_limited=True)
 register("nvls", "synth.algorithms.nvls:nvls", {AG, RS, AR, BC, RD}, "NVLink SHARP as NCCL runs it in one NVLink "
          "domain: each chunk reduced (multimem.ld_reduce) and multicast (multimem.st) inside the switch")
 register("nvls_tree", "synth.algorithms.nvls_tree:nvls_tree", {AR}, "NCCL's NVLS-Tree across NVLink boxes: NVLS reduce "

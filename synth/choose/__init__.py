@@ -9,7 +9,8 @@ size lives here, on top of the algorithms and the simulator:
   limit (and say so), record its time under its key, and report it to a progress callback;
 - a *chooser* per algorithm (:data:`CHOOSERS`) generates the candidates and decides which to try next
   (:mod:`synth.choose.forest`: forest's size choice; :mod:`synth.choose.insw`: the share of the
-  chunks insw puts through the switches);
+  chunks insw puts through the switches; :mod:`synth.choose.mcf`: the slice size mcf's relayed chunks
+  stream fastest at; :mod:`synth.choose.job`: a job's schedule set, one per collective run together);
 - :func:`synthesize` is the entry every face uses (CLI, compare, tune, demo, catalog, sweep): with a
   ``size`` and a chooser for the algorithm it runs the choice, otherwise it constructs the schedule with
   :func:`synth.algorithms.synthesize`.
@@ -226,6 +227,7 @@ class Chooser:
 CHOOSERS: dict[str, Chooser] = {
     "forest": Chooser("synth.choose.forest:choose", {"size": None, "progress": None, "work_limit": None}),
     "insw": Chooser("synth.choose.insw:choose", {"size": None, "progress": None, "work_limit": None}),
+    "mcf": Chooser("synth.choose.mcf:choose", {"size": None, "progress": None, "work_limit": None}),
 }
 
 
