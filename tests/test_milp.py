@@ -98,6 +98,33 @@ def test_random_topologies_verify(topology, kind, size):
     assert schedule.params["epochs"] >= schedule.params["lower_bound_epochs"] >= 1
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["dgx1", "switch:n=6", "ring:n=6", "dgx-a100:boxes=2"]), st.data())
+def test_random_process_groups_verify_and_never_beat_the_group_bound(spec, data):
+    """milp on a random group of a shipped fabric: its schedule verifies on the group and on the fabric,
+    uses the fabric's links only where the group may, and no time beats the group's bound."""
+    from hypothesis import assume
+
+    from synth.bounds import time_bound
+    from synth.errors import NotApplicable
+    from synth.groups import group_view
+
+    fabric = load_topology(spec)
+    members = data.draw(st.lists(st.sampled_from(fabric.gpus), min_size=2, max_size=4, unique=True))
+    kind = data.draw(st.sampled_from([Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.ALLTOALL]))
+    size = data.draw(st.sampled_from([1024, 1 << 20]))
+    try:
+        view = group_view(fabric, members)
+    except NotApplicable:
+        assume(False)
+        return
+    schedule = milp(view, kind, size=size, time_limit_s=0.2, progress=None)
+    assert tuple(schedule.ranks) == tuple(members)
+    verify(schedule, view)
+    verify(schedule, fabric)
+    assert evaluate(schedule, view, size).time_s >= time_bound(view, kind).time(size) * (1 - 1e-9)
+
+
 # --------------------------------------------------------------------------- limits and timing
 def test_time_out_returns_the_best_found_with_its_gap(dgx1):
     # alltoall at 1 MB on DGX-1 is not solved by the greedy start; a tiny budget stops CP-SAT early

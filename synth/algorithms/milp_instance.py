@@ -283,9 +283,9 @@ def logical_links(topology: Topology, sketch: Sketch) -> list[LogicalLink]:
         for b in range(n):
             if a == b:
                 continue
-            path = route(topology, a, b, via_gpus=False)
+            path = _link_path(topology, a, b)
             if path is None:
-                continue  # reaches b only through another gpu: that is a relay, not a link
+                continue  # reaches b only through another rank: that is a relay, not a link
             inter = boxes is not None and boxes[a] != boxes[b]
             if inter and relays is not None:
                 assert local is not None
@@ -313,6 +313,20 @@ def logical_links(topology: Topology, sketch: Sketch) -> list[LogicalLink]:
             f"the sketch leaves rank {dst} ({topology.gpus[dst]}) unreachable from rank {src} "
             f"({topology.gpus[src]}) on {topology.name}: allow more relays or pairings")
     return links
+
+
+def _link_path(topology: Topology, a: int, b: int) -> tuple[str, ...] | None:
+    """The path of the logical link a -> b: through switches only, or, in a process group's view, also
+    through forwarding gpus outside the group (never through a member: a member in between is a relay,
+    which the model makes explicit); None when there is no such path."""
+    path = route(topology, a, b, via_gpus=False)
+    if path is not None or "group_of" not in topology.metadata:
+        return path
+    path = route(topology, a, b, via_gpus=True)
+    if path is None:
+        return None
+    members = set(topology.gpus)
+    return None if any(node in members for node in path[1:-1]) else path
 
 
 def rotation_of(topology: Topology, sketch: Sketch, links: list[LogicalLink]) -> list[int]:
