@@ -230,8 +230,8 @@ def _demand(value: Any, kind: Kind, ranks: int, source: str, field: str, folder:
             raise InputError(source, f"{field}.moe", "expected an object of " + ", ".join(sorted(allowed)))
         try:
             demand = moe(ranks, **options)
-        except TypeError as error:
-            raise InputError(source, f"{field}.moe", str(error)) from None
+        except InputError as error:
+            raise InputError(source, f"{field}.moe.{error.field}", error.problem) from None
     else:
         try:
             demand = Demand.from_dict(value)

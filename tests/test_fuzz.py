@@ -236,3 +236,57 @@ def test_baselines_refuse_bad_options_clearly(options, name):
         assert str(refusal) and "\n" not in str(refusal)
         return
     verify(schedule, topology)
+
+
+# ------------------------------------------------------------------------------- demand and job files
+VALID_DEMANDS = [{"format": "synth.demand/1", "ranks": 3, "unit": "bytes", "matrix": [[0, 5, 1], [2, 0, 0], [0, 7, 0]]},
+                 {"format": "synth.demand/1", "ranks": 2, "unit": "weights", "matrix": [[0, 0.5], [1.5, 0]]}]
+VALID_JOBS = [
+    {"format": "synth.job/1", "objective": "makespan", "collectives": [
+        {"name": "dp", "collective": "allreduce", "size": "1MiB", "group": "dp=2", "algorithm": ["ring", "nccl"]},
+        {"name": "ep", "collective": "alltoallv", "size": 4096, "group": ["b0.gpu0", "b1.gpu0"],
+         "demand": {"format": "synth.demand/1", "ranks": 2, "unit": "bytes", "matrix": [[0, 3], [1, 0]]}}]},
+    {"format": "synth.job/1", "objective": "weighted", "collectives": [
+        {"collective": "allgather", "size": "64KiB", "shards": [1, 2], "group": "dp=2:1", "weight": 2},
+        {"collective": "alltoallv", "size": "1MiB", "group": "tp=8:0", "demand": {"moe": {"top_k": 2, "zipf": 1.0}}}]},
+]
+
+
+@fuzz(150)
+@given(document=json_values | damaged_documents(st.sampled_from(VALID_DEMANDS)))
+def test_demand_loader_gives_a_demand_or_an_input_error(document):
+    from synth.demand import Demand
+
+    try:
+        demand = Demand.from_dict(document, source="fuzz.json")
+    except InputError as error:
+        assert str(error).startswith("fuzz.json") and "\n" not in str(error)
+        return
+    assert demand.total > 0 and all(row[i] == 0 for i, row in enumerate(demand.matrix))
+    assert Demand.from_dict(demand.to_dict()) == demand
+
+
+@fuzz(150)
+@given(document=json_values | damaged_documents(st.sampled_from(VALID_JOBS)))
+def test_job_loader_gives_a_job_or_an_input_error(document):
+    from synth.jobs import Job
+
+    topology = _h100_pair()
+    try:
+        job = Job.from_dict(document, topology, source="fuzz.json")
+    except InputError as error:
+        assert str(error).startswith("fuzz.json") and "\n" not in str(error)
+        return
+    assert 1 <= len(job.collectives) <= 16 and len({c.name for c in job.collectives}) == len(job.collectives)
+    for c in job.collectives:
+        assert c.size >= 1 and c.weight > 0
+        assert c.members is None or len(set(c.members)) == len(c.members) >= 2
+
+
+_TOPOLOGIES: dict[str, Topology] = {}
+
+
+def _h100_pair() -> Topology:
+    if "h100" not in _TOPOLOGIES:
+        _TOPOLOGIES["h100"] = load_topology("dgx-h100:boxes=2")
+    return _TOPOLOGIES["h100"]
