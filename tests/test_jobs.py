@@ -178,3 +178,27 @@ def test_compare_job_prints_the_table_and_json(capsys, monkeypatch, tmp_path: Pa
     assert data["makespan_s"] >= data["bound"]["makespan_s"]
     refused = run_cli(["compare", "dgx-h100:boxes=2", "--job", str(path), "-c", "allreduce"], capsys, monkeypatch)
     assert refused.code == 2 and "--collective" in refused.err
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_closed_form_crossing_equals_the_data_flow_definition(data):
+    from synth.jobs import crossing_bytes_closed
+
+    n = data.draw(st.integers(2, 6))
+    kind = data.draw(st.sampled_from(list(Kind)))
+    if kind == Kind.ALLTOALLV:
+        matrix = [[0 if s == d else data.draw(st.integers(0, 3)) for d in range(n)] for s in range(n)]
+        if not any(map(any, matrix)):
+            matrix[0][1] = 1
+        collective = Collective.alltoallv(matrix)
+    elif kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) and data.draw(st.booleans()):
+        shards = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n).filter(any))
+        collective = Collective.uneven(kind, tuple(shards))
+    else:
+        rooted = kind in (Kind.BROADCAST, Kind.REDUCE)
+        per = data.draw(st.integers(1, 3))
+        collective = Collective(kind, n, n * per, root=data.draw(st.integers(0, n - 1)) if rooted else None)
+    inside = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    size = data.draw(st.integers(1, 10**9))
+    assert crossing_bytes_closed(collective, size, inside) == crossing_bytes(collective, size, inside)
