@@ -128,3 +128,21 @@ def fabric_gpus(topology: Topology) -> tuple[str, ...]:
     """Every gpu of the fabric, members or not (the full rank list of the topology a view came from)."""
     full = topology.metadata.get("group_of")
     return tuple(full) if isinstance(full, list) else topology.gpus
+
+
+def fabric_of(topology: Topology) -> Topology:
+    """The fabric a view came from, every gpu a rank in fabric order (``topology`` itself when it is no
+    view). The fabric's dimensions are not kept in a view, so the result has none.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> fabric = load_topology("switch:n=8")
+    >>> fabric_of(group_view(fabric, parse_group(fabric, "dp=4"))).gpus == fabric.gpus
+    True
+    """
+    full = fabric_gpus(topology)
+    if full == topology.gpus:
+        return topology
+    metadata = {key: value for key, value in topology.metadata.items() if key != "group_of"}
+    return dataclasses.replace(topology, gpus=full, boxes=None, dimensions=None, metadata=metadata)

@@ -127,7 +127,7 @@ def test_done_when_tp_and_dp_allreduce_on_four_h100_boxes(cli, tmp_path: Path, g
     assert report["allreduce_algbw_GBps"] == pytest.approx(8 * 450 / 7 / 2 if group == "tp=8" else 4 * 50 / 3 / 2)
     chakra = cli("export", "chakra", "s.json", "-o", "ch", "-s", "1MiB")
     assert chakra.code == 0, chakra.err
-    members = json.loads((tmp_path / "ch" / "comm_group.json").read_text())["0"]
+    members = json.loads((tmp_path / "ch" / "comm_group.json").read_text())["1"]
     assert members == (list(range(8)) if group == "tp=8" else [0, 8, 16, 24])
     assert len(list((tmp_path / "ch").glob("workload.*.et"))) == len(members)
     msccl = cli("export", "msccl", "s.json", "-o", "s.xml")
@@ -160,3 +160,62 @@ def test_mcf_on_a_group_relays_only_through_members(layout, lp_algbw) -> None:
     assert all(node in members or not view.is_gpu(node) for t in schedule.transfers for node in t.path)
     achieved = 1 / (float(congestion(schedule, view).seconds_per_byte) * 1e9)
     assert achieved == pytest.approx(lp, rel=0.02)
+
+
+def test_a_group_exports_for_astra_sim_on_its_whole_fabric(tmp_path: Path) -> None:
+    """dp=4 of switch:n=8: traces ASTRA-sim runs on the whole fabric (astra-sim 518bd51, every member at
+    synth's prediction, the non-members idle): a workload per fabric rank, the non-members' one idle node,
+    the communicator (id 1: ASTRA-sim reserves 0) in comm_group.json, passed by run_astrasim.sh, which
+    checks the members only."""
+    from synth.export.chakra import export_chakra
+    from synth.proto import et_def
+
+    fabric = load_topology("switch:n=8")
+    view = group_view(fabric, parse_group(fabric, "dp=4"))
+    report = export_chakra(synthesize(view, Kind.ALLREDUCE, "ring"), view, [1 << 20], tmp_path / "et")
+    folder = tmp_path / "et"
+    assert json.loads((folder / "comm_group.json").read_text()) == {"1": [0, 2, 4, 6]}
+    assert sorted(p.name for p in folder.glob("workload.*.et")) == [f"workload.{r}.et" for r in range(8)]
+    assert sorted(p.name for p in folder.glob("ring_allreduce.*.et")) == [f"ring_allreduce.{r}.et" for r in range(4)]
+    for rank in range(8):
+        nodes = et_def.decode_records((folder / f"workload.{rank}.et").read_bytes())[1:]
+        node = et_def.Node()
+        node.ParseFromString(nodes[0])
+        assert (node.name == "idle") == (rank % 2 == 1)
+    assert "Switch" in (folder / "network.yml").read_text() and "[ 8 ]" in (folder / "network.yml").read_text()
+    script = (folder / "run_astrasim.sh").read_text()
+    assert '--comm-group-configuration="$4comm_group.json"' in script
+    assert report.sets[0].predicted_finish_ns is not None
+    predicted = report.sets[0].predicted_finish_ns
+    assert predicted[1::2] == [None] * 4 and len(set(predicted[0::2])) == 1
+    assert "runs on the whole fabric" in (folder / "NOTE.txt").read_text()
+    # members out of ascending fabric order: ASTRA-sim would pick their traces in sorted order, so the export
+    # stays on a network of the members alone
+    shuffled = group_view(fabric, ("gpu5", "gpu1", "gpu2"))
+    export_chakra(synthesize(shuffled, Kind.ALLGATHER, "direct"), shuffled, [1 << 20], tmp_path / "mixed")
+    assert len(list((tmp_path / "mixed").glob("workload.*.et"))) == 3
+    assert "not in ascending fabric rank order" in (tmp_path / "mixed" / "NOTE.txt").read_text()
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_run_astrasim_checks_the_members_and_not_the_idle_ranks(tmp_path: Path, shift: int) -> None:
+    """run_astrasim.sh with a stand-in binary that prints ASTRA-sim's finish lines: the members' times must
+    equal the prediction (one ns off fails, exit 1), the idle ranks' any time passes."""
+    import os
+    import subprocess
+
+    from synth.export.chakra import export_chakra
+
+    fabric = load_topology("switch:n=8")
+    view = group_view(fabric, parse_group(fabric, "dp=4"))
+    report = export_chakra(synthesize(view, Kind.ALLREDUCE, "ring"), view, [1 << 20], tmp_path / "et")
+    predicted = report.sets[0].predicted_finish_ns
+    assert predicted is not None
+    lines = [f"echo 'sys[{rank}] finished, {1 if t is None else t + shift} cycles'" for rank, t in enumerate(predicted)]
+    fake = tmp_path / "astra"
+    fake.write_text("#!/usr/bin/env bash\n" + "\n".join(lines) + "\n")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", str(tmp_path / "et" / "run_astrasim.sh")], capture_output=True, text=True,
+                          env={**os.environ, "ASTRA_SIM": str(fake)}, timeout=60)
+    assert done.returncode == shift, done.stdout + done.stderr
+    assert ("every rank finished when synth predicted" in done.stdout) == (shift == 0)

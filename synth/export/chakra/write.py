@@ -13,11 +13,21 @@ from synth.astra import AstraSystem, astra_system, check_message_size
 from synth.collectives import Kind
 from synth.errors import InputError, SynthError
 from synth.fileio import atomic_directory
-from synth.groups import fabric_gpus
+from synth.groups import fabric_gpus, fabric_of
+from synth.proto import et_def
 from synth.proto.et_def import CollectiveCommType
 from synth.schedule import Schedule
 from synth.topology import Topology
-from synth.trace import encode_nodes, encode_rank, stream_rank_traces, workload_bytes
+from synth.trace import (
+    EtNode,
+    NodeType,
+    encode_nodes,
+    encode_rank,
+    metadata_message,
+    node_message,
+    stream_rank_traces,
+    workload_bytes,
+)
 from synth.trees import TreeSchedule
 from synth.units import format_size
 
@@ -28,8 +38,9 @@ CUSTOM_SLOT = {
     Kind.ALLTOALL: "all-to-all-implementation-custom",
 }
 WORKLOAD_PREFIX = "workload"
-#: A process group's name in the workload's COLL nodes (Chakra's ``pg_name``) and its members' file.
-GROUP_NAME = "0"
+#: A process group's name in the workload's COLL nodes (Chakra's ``pg_name``) and its members' file
+#: (ASTRA-sim's communicator ids must be > 0).
+GROUP_NAME = "1"
 COMM_GROUP_FILE = "comm_group.json"
 #: Files every export folder holds: a folder with them is an earlier export, which a new export replaces whole.
 SIGNATURE = ("run_astrasim.sh", "NOTE.txt")
@@ -49,7 +60,8 @@ class EtSet:
     predicted_ns: int | None
     dropped_deps: int
     #: predicted ``sys[i] finished`` of every rank (None when ASTRA-sim cannot describe the topology)
-    predicted_finish_ns: list[int] | None = None
+    #: per rank of the traces (a process group on its whole fabric: per fabric rank, None where idle)
+    predicted_finish_ns: list[int | None] | None = None
     #: ordering COMP nodes among the COMP nodes (see :func:`synth.astra.sequence_sends`)
     order_nodes: int = 0
 
@@ -77,20 +89,31 @@ class ChakraExport:
                          for s in self.sets]}
 
 
-def process_group(topology: Topology, notes: list[str] | None = None) -> list[int] | None:
+def process_group(topology: Topology, notes: list[str] | None = None, whole_fabric: bool = False,
+                  why_not: str = "ASTRA-sim cannot describe the fabric") -> list[int] | None:
     """The fabric ranks of a process group's members (``topology`` a :func:`synth.groups.group_view`), or
-    None for a collective on every gpu; for a group, what NOTE.txt says of it is appended to ``notes``."""
+    None for a collective on every gpu; for a group, what NOTE.txt says of it is appended to ``notes``
+    (``whole_fabric``: the export runs on the fabric's network, else on one of the members alone, because
+    ``why_not``)."""
     full = fabric_gpus(topology)
     if full == topology.gpus:
         return None
     index = {gpu: rank for rank, gpu in enumerate(full)}
     group = [index[gpu] for gpu in topology.gpus]
     if notes is not None:
-        notes.append(f"The collective runs on a process group of {len(group)} of the fabric's {len(full)} gpus: "
-                     f"trace rank i is group member i; the workload's COLL nodes carry pg_name {GROUP_NAME!r} and "
-                     f"{COMM_GROUP_FILE} maps it to the members' fabric ranks {group} (the form of ASTRA-sim's "
-                     "--comm-group-configuration). ASTRA-sim runs the traces on a network of the members alone: "
-                     "write YOUR_NETWORK.yml for the links between them (docs/process-groups.md has an example).")
+        text = (f"The collective runs on a process group of {len(group)} of the fabric's {len(full)} gpus: "
+                f"trace rank i is group member i, and {COMM_GROUP_FILE} maps communicator {GROUP_NAME!r} to the "
+                f"members' fabric ranks {group} (the form of ASTRA-sim's --comm-group-configuration). ")
+        if whole_fabric:
+            text += ("ASTRA-sim runs on the whole fabric (network.yml): every fabric rank has a workload trace, "
+                     f"the members' COLL nodes carrying pg_name {GROUP_NAME!r} and each non-member's an idle one "
+                     "(one COMP node of no work), and run_astrasim.sh passes "
+                     f"--comm-group-configuration={COMM_GROUP_FILE}.")
+        else:
+            text += (f"{why_not}, so run the traces on a network of the members alone, where they are every rank "
+                     "(the workloads name no communicator): write YOUR_NETWORK.yml for the links between them "
+                     "(docs/process-groups.md has an example).")
+        notes.append(text)
     return group
 
 
@@ -152,8 +175,22 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
     if window is not None and window >= slices:
         window = None  # every slice of a transfer is in flight at once anyway
     kind = schedule.kind
-    system, warnings, notes = _system_and_notes(topology, kind)
-    group = process_group(topology, notes)
+    group = process_group(topology)
+    # ASTRA-sim numbers a communicator's members in ascending fabric rank order when it picks each one's
+    # trace but maps the traces' peers in the order given (astra-sim 518bd51, CommunicatorGroup.cc), so
+    # only a group in that order runs on the whole fabric as written
+    fabric_system = (astra_system(fabric_of(topology))[0] if group is not None and group == sorted(group)
+                     else None)
+    if fabric_system is not None and fabric_system.npus == len(fabric_gpus(topology)):
+        system, warnings, notes = _system_and_notes(fabric_of(topology), kind)  # the group on its whole fabric
+    else:
+        fabric_system = None
+        system, warnings, notes = _system_and_notes(topology, kind)
+    ascending = group is None or group == sorted(group)
+    group = process_group(topology, notes, whole_fabric=fabric_system is not None, why_not=(
+        "ASTRA-sim cannot describe the fabric" if ascending else "the members are not in ascending fabric rank "
+        "order, which ASTRA-sim numbers a communicator's traces in (while it maps their peers in the order given)"))
+    workload_ranks = len(fabric_gpus(topology)) if fabric_system is not None else topology.num_ranks
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
     if isinstance(schedule, TreeSchedule):
@@ -174,9 +211,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             sub = format_size(size) if several else ""
             folder = temp / sub if sub else temp
             folder.mkdir(exist_ok=True)
-            for rank in range(topology.num_ranks):
-                (folder / f"{WORKLOAD_PREFIX}.{rank}.et").write_bytes(
-                    workload_bytes(kind, size, rank, dims, comm_type, None if group is None else GROUP_NAME))
+            _write_workloads(folder, kind, size, dims, comm_type, group, workload_ranks)
             (folder / "system.json").write_text(system_json(kind, name), encoding="utf-8")
             if isinstance(schedule, TreeSchedule):
                 counts = _write_streamed(schedule, size, folder, name, comp_duration_us, tag_base, slices, window)
@@ -189,27 +224,52 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             finish = [int(t) for t in low.result.finish_ns if t is not None] if system is not None else None
             if finish is not None and len(finish) != program.num_ranks:
                 raise SynthError("the traces deadlock: " + "; ".join(low.result.unmatched[:5]))
+            if finish is not None and fabric_system is not None and group is not None:
+                by_rank: list[int | None] = [None] * workload_ranks  # None: a non-member, idle
+                for position, rank in enumerate(group):
+                    by_rank[rank] = finish[position]
+                expected: list[int | None] | None = by_rank
+            else:
+                expected = list(finish) if finish is not None else None
             if program.dropped_deps:
                 warnings.append(f"{format_size(size)}: {program.dropped_deps} dependencies between ranks that share "
                                 "no end of the transfer cannot be expressed in per-rank traces and were left out")
             sets.append(EtSet(size, sub or ".", name, program.counts(), max(finish) if finish else None,
-                              program.dropped_deps, finish, program.order_nodes))
+                              program.dropped_deps, expected, program.order_nodes))
         (temp / "remote_memory.json").write_text(json.dumps(REMOTE_MEMORY) + "\n", encoding="utf-8")
         if group is not None:
             (temp / COMM_GROUP_FILE).write_text(json.dumps({GROUP_NAME: group}) + "\n", encoding="utf-8")
         if system is not None:
             (temp / "network.yml").write_text(system.yaml(), encoding="utf-8")
-        script, command = run_script(sets, system, several)
+        groups_file = COMM_GROUP_FILE if fabric_system is not None else None
+        script, command = run_script(sets, system, several, groups=groups_file)
         (temp / "run_astrasim.sh").write_text(script, encoding="utf-8")
         (temp / "run_astrasim.sh").chmod(0o755)
         if several:  # each size's folder runs on its own too
             for item in sets:
-                own, _ = run_script([item], system, several=False, up="../")
+                own, _ = run_script([item], system, several=False, up="../", groups=groups_file)
                 (temp / item.folder / "run_astrasim.sh").write_text(own, encoding="utf-8")
                 (temp / item.folder / "run_astrasim.sh").chmod(0o755)
         text = note_text(schedule, topology, system, warnings + notes, sets, slices, window)
         (temp / "NOTE.txt").write_text(text, encoding="utf-8")
     return ChakraExport(out, name, sets, system.yaml() if system else None, warnings + notes, command, slices, window)
+
+
+def _write_workloads(folder: Path, kind: Kind, size: int, dims: int, comm_type: CollectiveCommType | None,
+                     group: list[int] | None, ranks: int) -> None:
+    """The workload traces: one COLL node per rank; on a process group run on its whole fabric (``ranks``
+    the fabric's gpus), the members' carry the group's name and every other rank's is idle (ASTRA-sim
+    refuses a trace without nodes). On a network of the members alone they are every rank, the default
+    communicator, and carry no name."""
+    members = set(group) if group is not None and ranks > len(group) else None
+    for rank in range(ranks):
+        target = folder / f"{WORKLOAD_PREFIX}.{rank}.et"
+        if members is not None and rank not in members:
+            idle = node_message(EtNode(0, "idle", NodeType.COMP_NODE, duration_us=0), rank)
+            meta = metadata_message({"producer": "synth", "rank": rank})
+            target.write_bytes(et_def.encode_records([meta.SerializeToString(), idle.SerializeToString()]))
+        else:
+            target.write_bytes(workload_bytes(kind, size, rank, dims, comm_type, None if members is None else GROUP_NAME))
 
 
 def _system_and_notes(topology: Topology, kind: Kind) -> tuple[AstraSystem | None, list[str], list[str]]:
@@ -249,7 +309,7 @@ def _write_streamed(form: TreeSchedule, size: int, folder: Path, name: str, comp
 RUN_FUNCTION = r"""run() {  # folder, size, predicted finish per rank, where the shared configs are
   local out got
   out=$(cd "$1" && "$BIN" --workload-configuration=WORKLOAD --system-configuration=system.json \
-        --network-configuration="$4NETWORK" --remote-memory-configuration="$4remote_memory.json" 2>&1) || true
+        --network-configuration="$4NETWORK" --remote-memory-configuration="$4remote_memory.json"GROUPS 2>&1) || true
   printf '%s\n' "$out" | grep -E 'finished,|rror|ssert' || true
   got=$(printf '%s\n' "$out" | sed -n 's/.*sys\[\([0-9]*\)\] finished, \([0-9]*\) cycles.*/\1 \2/p' \
         | sort -n | cut -d' ' -f2 | tr '\n' ' ')
@@ -258,13 +318,23 @@ RUN_FUNCTION = r"""run() {  # folder, size, predicted finish per rank, where the
     printf '%s\n' "$out" | tail -n 5 >&2; status=1; return 0
   fi
   [ -n "$3" ] || return 0
-  if [ "$got" = "$3 " ]; then echo "$2: every rank finished when synth predicted"
+  local -a want have
+  read -r -a want <<< "$3"
+  read -r -a have <<< "$got"
+  local same=1 i
+  [ "${#want[@]}" -eq "${#have[@]}" ] || same=0
+  for i in "${!want[@]}"; do  # '*': an idle rank outside the process group, any time
+    [ "${want[$i]}" = "*" ] || [ "${want[$i]}" = "${have[$i]:-}" ] || same=0
+  done
+  if [ "$same" = 1 ]; then echo "$2: every rank finished when synth predicted"
   else echo "$2: ASTRA-sim reported [${got% }], synth predicted [$3]"; status=1; fi
 }"""
 
 
-def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up: str = "") -> tuple[str, str]:
-    """``run_astrasim.sh`` and the command line it runs (for the first set).
+def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up: str = "",
+               groups: str | None = None) -> tuple[str, str]:
+    """``run_astrasim.sh`` and the command line it runs (for the first set); ``groups``: the communicator
+    groups file passed as ``--comm-group-configuration`` (a process group on its whole fabric).
 
     The script runs every set, prints ASTRA-sim's ``sys[i] finished`` lines and says whether every rank
     finished when synth's ``astra`` model predicts; it exits 1 when one did not or when ASTRA-sim printed no
@@ -288,17 +358,20 @@ def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up:
         "  exit 127",
         "fi",
         "status=0",
-        RUN_FUNCTION.replace("WORKLOAD", WORKLOAD_PREFIX).replace("NETWORK", network),
+        RUN_FUNCTION.replace("WORKLOAD", WORKLOAD_PREFIX).replace("NETWORK", network).replace(
+            "GROUPS", "" if groups is None else f' --comm-group-configuration="$4{groups}"'),
     ]
     if system is None:
         lines.append("# ASTRA-sim cannot describe this topology (see NOTE.txt): write YOUR_NETWORK.yml first.")
     first = ""
     for item in sets:
         prefix = "../" if several else up
-        predicted = " ".join(str(t) for t in item.predicted_finish_ns) if item.predicted_finish_ns else ""
+        predicted = (" ".join("*" if t is None else str(t) for t in item.predicted_finish_ns)
+                     if item.predicted_finish_ns else "")
         lines.append(f'run {item.folder if several else "."} {format_size(item.size)} "{predicted}" "{prefix}"')
         command = (f"{binary} --workload-configuration={WORKLOAD_PREFIX} --system-configuration=system.json "
-                   f"--network-configuration={prefix}{network} --remote-memory-configuration={prefix}remote_memory.json")
+                   f"--network-configuration={prefix}{network} --remote-memory-configuration={prefix}remote_memory.json"
+                   + ("" if groups is None else f" --comm-group-configuration={prefix}{groups}"))
         first = first or command
     lines.append("exit $status")
     return "\n".join(lines) + "\n", first
