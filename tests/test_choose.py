@@ -96,7 +96,7 @@ def test_forest_variant_keys_and_labels():
     assert ForestVariant(2).key == "2" and ForestVariant(2).label == "k=2, the plan rule's slices"
     assert ForestVariant(4, 65536, spread=True).key == "4/65536/spread"
     polished = ForestVariant(4, 65536, spread=True, polished=True)
-    assert polished.key == "4/65536/polished" and polished.label == "k=4, 64KiB slices"
+    assert polished.key == "4/65536/spread/polished" and polished.label == "k=4, 64KiB slices"
     assert ForestVariant(3).at(32768) == ForestVariant(3, 32768)
     assert Measured(1.0, ForestVariant(1), construct(load_topology("ring:n=2"), "allgather", "ring")).seconds == 1.0
 

@@ -115,9 +115,9 @@ class ForestVariant:
 
     @property
     def key(self) -> str:
-        """The key of its time in ``size_choice``: ``k``, ``k/slice_bytes``, then ``/spread`` or ``/polished``."""
+        """The key of its time in ``size_choice``: ``k``, ``k/slice_bytes``, then ``/spread`` and ``/polished``."""
         base = str(self.trees) if self.slice_bytes is None else f"{self.trees}/{self.slice_bytes}"
-        return base + ("/polished" if self.polished else "/spread" if self.spread else "")
+        return base + ("/spread" if self.spread else "") + ("/polished" if self.polished else "")
 
     @property
     def label(self) -> str:
@@ -333,49 +333,78 @@ class ForestChoice:
             found = Measured(seconds, variant, found.schedule)
         return found
 
+    def _spread_candidate(self, best: Measured) -> tuple[Schedule, ForestVariant] | None:
+        """Step 5's candidate: the best's tree limit and slices with ``spread`` splitting; None where spread
+        splits the switches the same way (no switch, or one pair each: the same trees come back)."""
+        try:
+            schedule = self.build(self.limit_of[best.variant.trees], spread=True)
+        except LimitError:
+            return None
+        if schedule.transfers == best.schedule.transfers and schedule.chunks == best.schedule.chunks:
+            return None  # the same trees: nothing to simulate
+        return schedule, ForestVariant(trees_per_root(schedule), best.variant.slice_bytes, True)
+
+    def _polish_candidate(self, best: Measured, limit: int | None) -> tuple[Schedule, ForestVariant] | None:
+        """Step 6's candidate: the best's trees (tree limit ``limit``) packed with :data:`POLISH_ARC_BUDGET`;
+        None where the pass has nothing to add (plans packed with box symmetry have no pass; a pass that
+        stopped before the plan's budget gives the same trees back)."""
+        if any(value is True for key, value in best.schedule.params.items() if key.endswith("box_symmetry")):
+            return None
+        try:
+            schedule = self.build(limit, spread=best.variant.spread, depth_pass_arcs=POLISH_ARC_BUDGET)
+        except LimitError:
+            return None
+        if schedule.transfers == best.schedule.transfers:
+            return None  # the plan's pass had converged: the same trees
+        return schedule, dataclasses.replace(best.variant, polished=True)
+
+    def _kept(self, best: Measured, candidate: tuple[Schedule, ForestVariant] | None,
+              seconds: float | None) -> Measured:
+        """The candidate where it was simulated faster than the best, else the best."""
+        if candidate is not None and seconds is not None and seconds < best.seconds:
+            return Measured(seconds, candidate[1], candidate[0])
+        return best
+
     def spread_variant(self, best: Measured) -> Measured:
         """Step 5: the best, or its tree limit and slices with ``spread`` splitting where that is faster
-        (simulated once, cut off at the best time). Skipped where spread splits the switches the same way
-        (no switch, or one pair each: the same trees come back)."""
-        limit = self.limit_of[best.variant.trees]
-        try:
-            schedule = self.build(limit, spread=True)
-        except LimitError:
+        (simulated once, cut off at the best time); see :meth:`_spread_candidate`."""
+        candidate = self._spread_candidate(best)
+        if candidate is None:
             return best
-        if schedule.transfers == best.schedule.transfers and schedule.chunks == best.schedule.chunks:
-            return best  # the same trees: nothing to simulate
-        variant = ForestVariant(trees_per_root(schedule), best.variant.slice_bytes, True)
-        seconds = self.measure(schedule, variant, best.seconds)
-        if seconds is not None and seconds < best.seconds:
-            return Measured(seconds, variant, schedule)
-        return best
+        return self._kept(best, candidate, self.measure(*candidate, best.seconds))
 
     def polish(self, best: Measured, limit: int | None) -> Measured:
         """Step 6: the best, or its trees (built with tree limit ``limit``) made shallower by a longer depth
         pass (:data:`POLISH_ARC_BUDGET`) where that is faster (simulated once at the best's slices, cut off at
-        the best time). Skipped where the pass has nothing to add: plans packed with box symmetry (no pass),
-        and passes that stopped before the plan's budget (the same trees come back)."""
-        if any(value is True for key, value in best.schedule.params.items() if key.endswith("box_symmetry")):
+        the best time); see :meth:`_polish_candidate`."""
+        candidate = self._polish_candidate(best, limit)
+        if candidate is None:
             return best
-        try:
-            schedule = self.build(limit, spread=best.variant.spread, depth_pass_arcs=POLISH_ARC_BUDGET)
-        except LimitError:
-            return best
-        if schedule.transfers == best.schedule.transfers:
-            return best  # the plan's pass had converged: the same trees
-        variant = dataclasses.replace(best.variant, polished=True)
-        seconds = self.measure(schedule, variant, best.seconds)
-        if seconds is not None and seconds < best.seconds:
-            return Measured(seconds, variant, schedule)
-        return best
+        return self._kept(best, candidate, self.measure(*candidate, best.seconds))
+
+    def spread_then_polish(self, best: Measured, limit: int | None) -> Measured:
+        """Steps 5 and 6 as :meth:`spread_variant` then :meth:`polish` give them, with the spread candidate and
+        the best's polished one simulated at once (:meth:`Search.measure_many`, each cut off at the best
+        time): where spread loses, that polish is step 6's; where it wins, its own polish is simulated after."""
+        spread = self._spread_candidate(best)
+        polish = self._polish_candidate(best, limit)
+        pending = [candidate for candidate in (spread, polish) if candidate is not None]
+        times = iter(self.measure_many(pending, best.seconds))
+        spread_s = next(times) if spread is not None else None
+        polish_s = next(times) if polish is not None else None
+        spread_best = self._kept(best, spread, spread_s)
+        if spread_best is not best:
+            return self.polish(spread_best, limit)
+        return self._kept(best, polish, polish_s)
 
     def run(self) -> Schedule:
         """Steps 1 to 6; the chosen schedule with the choice's record in its params."""
-        one_root = self.kind in (Kind.BROADCAST, Kind.REDUCE)
         best = self.refine_with_halfway(self.first_pass())
-        chosen_limit = self.limit_of[best.variant.trees]
+        if self.kind not in (Kind.BROADCAST, Kind.REDUCE):
+            return self._run_many_roots(best)
+        # one root: its trees have no pair of roots to pack again (no step 6)
         more = None
-        if one_root and best.variant.trees == self.optimal_trees:
+        if best.variant.trees == self.optimal_trees:
             more = self.more_trees(best, self.spread or bool(self.topology.switches))
         if not self.spread:
             best = self.spread_variant(best)
@@ -383,10 +412,16 @@ class ForestChoice:
             best = more
         else:
             more = None
-        unpolished = best
-        if not one_root:  # one root's trees have no pair of roots to pack again
-            best = self.polish(best, chosen_limit)
-        return self._chosen(best, polished=best is not unpolished, more_trees=more is not None)
+        return self._chosen(best, polished=False, more_trees=more is not None)
+
+    def _run_many_roots(self, best: Measured) -> Schedule:
+        """Steps 5 and 6 for a collective with a root per gpu (:meth:`spread_then_polish`)."""
+        chosen_limit = self.limit_of[best.variant.trees]
+        if self.spread:
+            chosen = self.polish(best, chosen_limit)
+        else:
+            chosen = self.spread_then_polish(best, chosen_limit)
+        return self._chosen(chosen, polished=chosen.variant.polished, more_trees=False)
 
     def _chosen(self, best: Measured, polished: bool, more_trees: bool) -> Schedule:
         variant, seconds = best.variant, best.seconds
