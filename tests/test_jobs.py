@@ -202,3 +202,25 @@ def test_the_closed_form_crossing_equals_the_data_flow_definition(data):
     inside = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     size = data.draw(st.integers(1, 10**9))
     assert crossing_bytes_closed(collective, size, inside) == crossing_bytes(collective, size, inside)
+
+
+def test_a_joint_simulation_over_the_slice_limit_is_refused_before_it_runs(monkeypatch):
+    import importlib
+
+    from synth.errors import LimitError
+
+    evaluation = importlib.import_module("synth.evaluate")  # the module (synth.evaluate is also a function)
+
+    fabric = load_topology("dgx-h100:boxes=2")
+    the_job = job({"collective": "allreduce", "size": "64MiB", "group": "dp=2", "algorithm": "ring"},
+                  {"collective": "allgather", "size": "64MiB", "group": "dp=2", "algorithm": "ring"},
+                  topology="dgx-h100:boxes=2")
+    alone = choose_job(fabric, the_job)
+    work = sum(len(m.chosen.schedule.transfers) * m.chosen.plan.slices for m in alone.members)
+    from synth.choose.job import _check_joint_work
+
+    parts = [(m.chosen.schedule, m.chosen.view, m.collective.size, m.chosen.plan) for m in alone.members]
+    _check_joint_work(parts)
+    monkeypatch.setattr(evaluation, "MAX_SLICE_TRANSFERS", work - 1)  # the two together are one over it
+    with pytest.raises(LimitError, match=f"{work:,} slice transfers, over the limit of {work - 1:,}"):
+        _check_joint_work(parts)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from synth.errors import InputError, NotApplicable, SynthError
+from synth.errors import InputError, LimitError, NotApplicable, SynthError
 from synth.jobs import Job, JobCollective, JointBound, joint_bound
 from synth.plan import Plan
 from synth.schedule import Schedule
@@ -186,6 +186,18 @@ def candidates(topology: Topology, collective: JobCollective, progress: Callable
     return made, skipped
 
 
+def _check_joint_work(parts: list[tuple[Schedule, Topology, int, Plan]]) -> None:
+    """Refuse a joint simulation over the evaluator's slice limit before it runs (each schedule alone is
+    within it; together they may not be)."""
+    from synth.evaluate import MAX_SLICE_TRANSFERS
+
+    work = sum(len(schedule.transfers) * plan.slices for schedule, _, _, plan in parts)
+    if work > MAX_SLICE_TRANSFERS:
+        raise LimitError(f"a joint simulation of {len(parts)} schedules: {work:,} slice transfers, over the limit of "
+                         f"{MAX_SLICE_TRANSFERS:,} (about a minute of simulation); run fewer or smaller collectives "
+                         "together, or name algorithms with fewer transfers")
+
+
 def objective_value(job: Job, finish: tuple[float, ...]) -> float:
     """The job's objective for these finish times (job order)."""
     if job.objective == "makespan":
@@ -216,6 +228,7 @@ def choose_job(topology: Topology, job: Job, progress: Callable[[str], None] | N
                 progress("together: " + " + ".join(options[j][i].algorithm for j, i in enumerate(choice)))
             parts = [(c.schedule, c.view, job.collectives[j].size, c.plan)
                      for j, c in enumerate(options[j][i] for j, i in enumerate(choice))]
+            _check_joint_work(parts)
             known = tried[choice] = simulate_together(parts).finish_s
         return known
 
