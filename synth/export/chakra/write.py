@@ -175,22 +175,8 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
     if window is not None and window >= slices:
         window = None  # every slice of a transfer is in flight at once anyway
     kind = schedule.kind
-    group = process_group(topology)
-    # ASTRA-sim numbers a communicator's members in ascending fabric rank order when it picks each one's
-    # trace but maps the traces' peers in the order given (astra-sim 518bd51, CommunicatorGroup.cc), so
-    # only a group in that order runs on the whole fabric as written
-    fabric_system = (astra_system(fabric_of(topology))[0] if group is not None and group == sorted(group)
-                     else None)
-    if fabric_system is not None and fabric_system.npus == len(fabric_gpus(topology)):
-        system, warnings, notes = _system_and_notes(fabric_of(topology), kind)  # the group on its whole fabric
-    else:
-        fabric_system = None
-        system, warnings, notes = _system_and_notes(topology, kind)
-    ascending = group is None or group == sorted(group)
-    group = process_group(topology, notes, whole_fabric=fabric_system is not None, why_not=(
-        "ASTRA-sim cannot describe the fabric" if ascending else "the members are not in ascending fabric rank "
-        "order, which ASTRA-sim numbers a communicator's traces in (while it maps their peers in the order given)"))
-    workload_ranks = len(fabric_gpus(topology)) if fabric_system is not None else topology.num_ranks
+    system, warnings, notes, group, whole_fabric = _network(topology, kind)
+    workload_ranks = len(fabric_gpus(topology)) if whole_fabric else topology.num_ranks
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
     if isinstance(schedule, TreeSchedule):
@@ -224,13 +210,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             finish = [int(t) for t in low.result.finish_ns if t is not None] if system is not None else None
             if finish is not None and len(finish) != program.num_ranks:
                 raise SynthError("the traces deadlock: " + "; ".join(low.result.unmatched[:5]))
-            if finish is not None and fabric_system is not None and group is not None:
-                by_rank: list[int | None] = [None] * workload_ranks  # None: a non-member, idle
-                for position, rank in enumerate(group):
-                    by_rank[rank] = finish[position]
-                expected: list[int | None] | None = by_rank
-            else:
-                expected = list(finish) if finish is not None else None
+            expected = _by_workload_rank(finish, group if whole_fabric else None, workload_ranks)
             if program.dropped_deps:
                 warnings.append(f"{format_size(size)}: {program.dropped_deps} dependencies between ranks that share "
                                 "no end of the transfer cannot be expressed in per-rank traces and were left out")
@@ -241,7 +221,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             (temp / COMM_GROUP_FILE).write_text(json.dumps({GROUP_NAME: group}) + "\n", encoding="utf-8")
         if system is not None:
             (temp / "network.yml").write_text(system.yaml(), encoding="utf-8")
-        groups_file = COMM_GROUP_FILE if fabric_system is not None else None
+        groups_file = COMM_GROUP_FILE if whole_fabric else None
         script, command = run_script(sets, system, several, groups=groups_file)
         (temp / "run_astrasim.sh").write_text(script, encoding="utf-8")
         (temp / "run_astrasim.sh").chmod(0o755)
@@ -253,6 +233,34 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
         text = note_text(schedule, topology, system, warnings + notes, sets, slices, window)
         (temp / "NOTE.txt").write_text(text, encoding="utf-8")
     return ChakraExport(out, name, sets, system.yaml() if system else None, warnings + notes, command, slices, window)
+
+
+def _network(topology: Topology, kind: Kind) -> tuple[AstraSystem | None, list[str], list[str], list[int] | None, bool]:
+    """The ASTRA-sim system the traces run on, the export's warnings and notes, the process group's fabric
+    ranks (None: every gpu) and whether the group runs on its whole fabric (where ASTRA-sim can describe
+    it and the members are in ascending fabric order: ASTRA-sim picks each member's trace by that order
+    but maps the traces' peers in the order given, astra-sim 518bd51 CommunicatorGroup.cc)."""
+    group = process_group(topology)
+    ascending = group is None or group == sorted(group)
+    fabric = fabric_of(topology)
+    fabric_system = astra_system(fabric)[0] if group is not None and ascending else None
+    whole_fabric = fabric_system is not None and fabric_system.npus == fabric.num_ranks
+    system, warnings, notes = _system_and_notes(fabric if whole_fabric else topology, kind)
+    group = process_group(topology, notes, whole_fabric=whole_fabric, why_not=(
+        "ASTRA-sim cannot describe the fabric" if ascending else "the members are not in ascending fabric rank "
+        "order, which ASTRA-sim numbers a communicator's traces in (while it maps their peers in the order given)"))
+    return system, warnings, notes, group, whole_fabric
+
+
+def _by_workload_rank(finish: list[int] | None, group: list[int] | None, ranks: int) -> list[int | None] | None:
+    """The predicted finish per workload rank: per trace rank, or, for a group on its whole fabric, per
+    fabric rank with None for the idle non-members."""
+    if finish is None or group is None:
+        return None if finish is None else list(finish)
+    by_rank: list[int | None] = [None] * ranks
+    for position, rank in enumerate(group):
+        by_rank[rank] = finish[position]
+    return by_rank
 
 
 def _write_workloads(folder: Path, kind: Kind, size: int, dims: int, comm_type: CollectiveCommType | None,
