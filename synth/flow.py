@@ -441,11 +441,14 @@ def simulate_together(parts: Sequence[tuple[Schedule | TreeSchedule, Topology, i
             raise InputError("", f"parts[{index}]", "expected schedules on one fabric (the same links), got "
                              f"{view.name!r} and {parts[0][1].name!r}")
     running = [(schedule, view, size, plan) for schedule, view, size, plan in parts if _transfers(schedule)[0]]
-    joint = [(*_transfers(schedule)[::-1], view, plan, schedule) for schedule, view, _, plan in running]
     finish = [0.0] * len(parts)
-    if not joint:
+    if not running:
         return JointResult(tuple(finish), 0, 0, 0)
-    classes, dep_counts, dep_flat = _joint_classes([(t, c, v, p, s) for t, c, v, p, s in joint])
+    joint: list[_Part] = []
+    for schedule, view, _, plan in running:
+        count, transfers = _transfers(schedule)
+        joint.append((transfers, count, view, plan, schedule))
+    classes, dep_counts, dep_flat = _joint_classes(joint)
     part_base = np.array([fixed_latency_s(view, plan) for _, view, _, plan in running])
     limit = 2**63 - 1 if work_limit is None else min(int(work_limit), 2**63 - 1)
 
