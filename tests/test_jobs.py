@@ -171,7 +171,8 @@ def test_compare_job_prints_the_table_and_json(capsys, monkeypatch, tmp_path: Pa
     outcome = run_cli(["compare", "dgx-h100:boxes=2", "--job", str(path)], capsys, monkeypatch)
     assert outcome.code == 0, outcome.err
     assert "started together" in outcome.out and "slowdown" in outcome.out
-    assert "joint bound" in outcome.err and "nccl for every collective, together" in outcome.err
+    assert "joint bound" in outcome.out and "nccl for every collective, together" in outcome.out  # results
+    assert "slowdown: the collective's finish" in outcome.err  # the explanations are notes
     outcome = run_cli(["compare", "dgx-h100:boxes=2", "--job", str(path), "--json"], capsys, monkeypatch)
     data = json.loads(outcome.out)
     assert [c["name"] for c in data["collectives"]] == ["dp", "ag"]

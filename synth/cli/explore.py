@@ -248,12 +248,13 @@ def _compare_job(spec: str, path: str, as_json: bool, model: str, given: dict[st
     bound = result.bound_s()
     percent = 100 * bound / objective if objective > 0 else 100.0
     what = "makespan" if job.objective == "makespan" else "weighted sum of finish times"
-    note(f"{what}: {fmt_time(objective)}; joint bound {fmt_time(bound)} ({percent:.1f}% of bound"
-         + (f", {result.bound.binding}" if job.objective == "makespan" else "") + ")")
+    # the job's results: on stdout, kept by --quiet
+    console.print(f"{what}: {fmt_time(objective)}; joint bound {fmt_time(bound)} ({percent:.1f}% of bound"
+                  + (f", {result.bound.binding}" if job.objective == "makespan" else "") + ")")
     if result.nccl_finish_s is not None:
         base = objective_value(job, result.nccl_finish_s)
-        note(f"nccl for every collective, together: {fmt_time(base)} ({base / objective:.2f}x the chosen set's time)"
-             if objective > 0 else f"nccl for every collective, together: {fmt_time(base)}")
+        console.print(f"nccl for every collective, together: {fmt_time(base)}"
+                      + (f" ({base / objective:.2f}x the chosen set's time)" if objective > 0 else ""))
     note(f"[dim]alone one after another: {fmt_time(result.serial_s)}; the slowest alone: "
          f"{fmt_time(result.alone_makespan_s)}; {len(result.tried)} schedule sets simulated together[/dim]")
     note("[dim]slowdown: the collective's finish in the job over its time alone (links shared max-min per "
