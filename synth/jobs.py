@@ -12,7 +12,8 @@ gpu) and, where the kind takes them, a demand or uneven shards. The document::
 
 Fields of a collective: ``name`` (distinct; default ``c0``, ``c1``, ...), ``collective``, ``size`` (bytes or
 ``"64MiB"``, as nccl-tests counts it; an alltoallv with a bytes demand defaults to the demand's total),
-``group`` (a ``--group`` value: gpu ids or ``tp=K[:I]`` / ``dp=K[:I]``, or a list of gpu ids), ``demand``
+``group`` (a ``--group`` value: gpu ids or ``tp=K[:I]`` / ``dp=K[:I]``, or a list of gpu ids; ``tp=K:*`` or
+``dp=K:*`` is the same collective on every group of the layout at once, named ``NAME.0``, ``NAME.1``, ...), ``demand``
 (alltoallv only: a ``synth.demand/1`` file, relative to the job file, an inline ``synth.demand/1`` object, or
 ``{"moe": {...}}`` with :func:`synth.demand.moe`'s parameters), ``shards`` (allgather and reduce-scatter: a
 ``--shards`` value or a list), ``algorithm`` (one name or a list of candidates; default every applicable
@@ -136,12 +137,16 @@ class Job:
             raise InputError(source, "collectives", "expected a non-empty list of collectives")
         if len(entries) > MAX_COLLECTIVES:
             raise InputError(source, "collectives", f"expected at most {MAX_COLLECTIVES} collectives, got {len(entries)}")
-        made = [_collective(entry, index, topology, source, folder) for index, entry in enumerate(entries)]
+        made = [c for index, entry in enumerate(entries) for c in _collectives(entry, index, topology, source, folder)]
+        if len(made) > MAX_COLLECTIVES:
+            raise InputError(source, "collectives", f"expected at most {MAX_COLLECTIVES} collectives, got {len(made)} "
+                             "once every group of a layout's :* is counted")
         first: dict[str, int] = {}
         for index, c in enumerate(made):
             if c.name in first:
-                raise InputError(source, f"collectives[{index}].name", f"the name {c.name!r} is already "
-                                 f"collectives[{first[c.name]}]'s; expected distinct names")
+                raise InputError(source, "collectives", f"the name {c.name!r} is used by collectives "
+                                 f"{first[c.name]} and {index} (a layout's :* names its groups NAME.0, NAME.1, ...); "
+                                 "expected distinct names")
             first[c.name] = index
         return cls(tuple(made), objective, source)
 
@@ -154,8 +159,26 @@ def load_job(path: str | Path, topology: Topology) -> Job:
     return Job.from_dict(read_document(path), topology, str(path), Path(path).parent)
 
 
+def _collectives(entry: Any, index: int, topology: Topology, source: str, folder: Path | None) -> list[JobCollective]:
+    """One validated entry of ``collectives``: one collective, or, for a group ``tp=K:*`` or ``dp=K:*``, one on
+    each group of the layout, named ``NAME.0``, ``NAME.1``, ... (the same kind, size, demand and options)."""
+    import dataclasses
+    import re
+
+    group = entry.get("group") if isinstance(entry, dict) else None
+    every = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)\s*:\s*\*\s*", group) if isinstance(group, str) else None
+    if every is None:
+        return [_collective(entry, index, topology, source, folder)]
+    from synth.groups import layout_groups
+
+    layout, size = every.group(1), int(every.group(2))
+    first = _collective({**entry, "group": f"{layout}={size}:0"}, index, topology, source, folder)
+    return [dataclasses.replace(first, name=f"{first.name}.{i}", members=None if members == topology.gpus else members)
+            for i, members in enumerate(layout_groups(topology, layout, size))]
+
+
 def _collective(entry: Any, index: int, topology: Topology, source: str, folder: Path | None) -> JobCollective:
-    """One validated entry of ``collectives``."""
+    """One validated entry of ``collectives`` with one group."""
     from synth.groups import check_group, parse_group
     from synth.units import parse_size
 

@@ -225,3 +225,22 @@ def test_a_joint_simulation_over_the_slice_limit_is_refused_before_it_runs(monke
     monkeypatch.setattr(evaluation, "MAX_SLICE_TRANSFERS", work - 1)  # the two together are one over it
     with pytest.raises(LimitError, match=f"{work:,} slice transfers, over the limit of {work - 1:,}"):
         _check_joint_work(parts)
+
+
+def test_a_layout_with_star_runs_on_every_group_at_once():
+    """Every tp group's allreduce together (tp=8:* on 4 x DGX H100): four collectives, one per box, named
+    tp.0..tp.3, none slowing another (each box's NVLink is its own)."""
+    fabric = load_topology(H100X4)
+    the_job = job({"name": "tp", "collective": "allreduce", "size": "64MiB", "group": "tp=8:*", "algorithm": "ring"},
+                  {"name": "dp", "collective": "allreduce", "size": "64MiB", "group": "dp=4:*", "algorithm": "ring"})
+    assert [c.name for c in the_job.collectives] == [*(f"tp.{i}" for i in range(4)), *(f"dp.{i}" for i in range(8))]
+    assert the_job.collectives[1].members == tuple(f"b1.gpu{i}" for i in range(8))
+    assert the_job.collectives[5].members == ("b0.gpu1", "b1.gpu1", "b2.gpu1", "b3.gpu1")
+    tp_only = job({"name": "tp", "collective": "allreduce", "size": "64MiB", "group": "tp=8:*", "algorithm": "ring"})
+    result = choose_job(fabric, tp_only)
+    assert [m.slowdown for m in result.members] == [1.0] * 4
+    with pytest.raises(InputError, match=r"expected at most 16 collectives, got 32"):
+        job({"collective": "allreduce", "size": "1MiB", "group": "dp=2:*"},
+            {"collective": "allreduce", "size": "1MiB", "group": "tp=2:*"})
+    with pytest.raises(InputError, match=r"collectives\[0\]\.group: tp=3 does not divide"):
+        job({"collective": "allreduce", "size": "1MiB", "group": "tp=3:*"})
