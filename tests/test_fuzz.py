@@ -249,6 +249,9 @@ VALID_JOBS = [
     {"format": "synth.job/1", "objective": "weighted", "collectives": [
         {"collective": "allgather", "size": "64KiB", "shards": [1, 2], "group": "dp=2:1", "weight": 2},
         {"collective": "alltoallv", "size": "1MiB", "group": "tp=8:0", "demand": {"moe": {"top_k": 2, "zipf": 1.0}}}]},
+    {"format": "synth.job/1", "collectives": [
+        {"name": "tp", "collective": "allreduce", "size": "16MiB", "group": "tp=8:*"},
+        {"name": "dp", "collective": "reducescatter", "size": "16MiB", "group": "dp=2:*", "shards": "1,3"}]},
 ]
 
 
