@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -382,18 +382,30 @@ def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, siz
     if count == 0:
         return FlowResult(0.0, 0, 0)
     classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
-    arrays = _kernel_arrays(classes, dep_counts, dep_flat)
+
+    def over_limit(events: int) -> LimitError:
+        assert work_limit is not None
+        return _work_limit_error(schedule, size, plan, work_limit, events)
+
+    return _run_compiled(classes, dep_counts, dep_flat, np.array([base]), cutoff, work_limit, over_limit)[0]
+
+
+def _run_compiled(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarray, part_base: np.ndarray,
+                  cutoff: float | None, work_limit: int | None,
+                  over_limit: Callable[[int], LimitError]) -> tuple[FlowResult, np.ndarray]:
+    """The compiled event loop over ``classes`` (:func:`synth.flow_kernels.run`): the result and each
+    part's finish; a stall or the work limit raised as the reference engine raises them."""
     from synth import flow_kernels
 
     limit = 2**63 - 1 if work_limit is None else min(int(work_limit), 2**63 - 1)
-    outcome, time_s, events, rate_updates, work, _ = flow_kernels.run(
-        _TOLERANCE, np.array([base]), math.inf if cutoff is None else float(cutoff), limit, *arrays)
+    outcome, time_s, events, rate_updates, work, part_finish = flow_kernels.run(
+        _TOLERANCE, part_base, math.inf if cutoff is None else float(cutoff), limit,
+        *_kernel_arrays(classes, dep_counts, dep_flat))
     if outcome == flow_kernels.STALLED:
         raise _stall_error()
     if outcome == flow_kernels.PAST_WORK_LIMIT:
-        assert work_limit is not None
-        raise _work_limit_error(schedule, size, plan, work_limit, int(events))
-    return FlowResult(float(time_s), int(events), int(rate_updates), int(work))
+        raise over_limit(int(events))
+    return FlowResult(float(time_s), int(events), int(rate_updates), int(work)), part_finish
 
 
 @dataclass(frozen=True)
@@ -433,6 +445,8 @@ def simulate_together(parts: Sequence[tuple[Schedule | TreeSchedule, Topology, i
     >>> [round(t, 9) for t in simulate_together([(ring, topo, 2 * 10**9, plan)] * 2).finish_s]  # each at half rate
     [2.0, 2.0]
     """
+    if engine not in ("compiled", "reference"):
+        raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
     if not parts:
         return JointResult((), 0, 0, 0)
     fabric = parts[0][1].graph
@@ -440,44 +454,32 @@ def simulate_together(parts: Sequence[tuple[Schedule | TreeSchedule, Topology, i
         if view.graph is not fabric and (set(view.graph.edges) != set(fabric.edges)):
             raise InputError("", f"parts[{index}]", "expected schedules on one fabric (the same links), got "
                              f"{view.name!r} and {parts[0][1].name!r}")
-    running = [(schedule, view, size, plan) for schedule, view, size, plan in parts if _transfers(schedule)[0]]
-    finish = [0.0] * len(parts)
-    if not running:
-        return JointResult(tuple(finish), 0, 0, 0)
     joint: list[_Part] = []
-    for schedule, view, _, plan in running:
+    running: list[int] = []  # the parts with transfers (the others finish at 0)
+    for index, (schedule, view, _, plan) in enumerate(parts):
         count, transfers = _transfers(schedule)
-        joint.append((transfers, count, view, plan, schedule))
+        if count:
+            joint.append((transfers, count, view, plan, schedule))
+            running.append(index)
+    finish = [0.0] * len(parts)
+    if not joint:
+        return JointResult(tuple(finish), 0, 0, 0)
     classes, dep_counts, dep_flat = _joint_classes(joint)
-    part_base = np.array([fixed_latency_s(view, plan) for _, view, _, plan in running])
-    limit = 2**63 - 1 if work_limit is None else min(int(work_limit), 2**63 - 1)
+    part_base = np.array([fixed_latency_s(parts[index][1], parts[index][3]) for index in running])
 
     def over_limit(events: int) -> LimitError:
         return LimitError(f"joint flow simulation of {len(parts)} schedules: link sharing past the work limit "
-                          f"of {limit:,} after {events:,} events")
+                          f"of {work_limit:,} after {events:,} events")
 
     if engine == "reference":
         from synth.flow_reference import run_reference
 
         result, part_finish = run_reference(classes, dep_counts, dep_flat, part_base, None, work_limit, over_limit)
-        events, rate_updates, work = result.events, result.rate_updates, result.sharing_work
-    elif engine == "compiled":
-        from synth import flow_kernels
-
-        arrays = _kernel_arrays(classes, dep_counts, dep_flat)
-        outcome, _, events, rate_updates, work, part_finish = flow_kernels.run(
-            _TOLERANCE, part_base, math.inf, limit, *arrays)
-        if outcome == flow_kernels.STALLED:
-            raise _stall_error()
-        if outcome == flow_kernels.PAST_WORK_LIMIT:
-            raise over_limit(int(events))
     else:
-        raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
-    times = iter(part_finish.tolist())
-    for index, part in enumerate(parts):
-        if _transfers(part[0])[0]:
-            finish[index] = next(times)
-    return JointResult(tuple(finish), int(events), int(rate_updates), int(work))
+        result, part_finish = _run_compiled(classes, dep_counts, dep_flat, part_base, None, work_limit, over_limit)
+    for index, seconds in zip(running, part_finish.tolist(), strict=True):
+        finish[index] = seconds
+    return JointResult(tuple(finish), result.events, result.rate_updates, result.sharing_work)
 
 
 #: The topology metadata key of a network stack's fixed cost per collective across boxes (µs).

@@ -297,10 +297,10 @@ def _shared_rates(members: np.ndarray, rate: np.ndarray, shared: np.ndarray, fil
 @_compiled
 def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finished: int, quick_a: np.ndarray,
             quick_b: np.ndarray, rows: np.ndarray, mark: np.ndarray, busy: np.ndarray, sent: np.ndarray,
-            arrived: np.ndarray, class_slices: np.ndarray, class_window: np.ndarray, dep_ptr: np.ndarray,
+            arrived: np.ndarray, class_int: np.ndarray, dep_ptr: np.ndarray,
             dep_flat: np.ndarray, child_ptr: np.ndarray, child_flat: np.ndarray, of_class: np.ndarray,
             local: np.ndarray, members: np.ndarray, progress: np.ndarray, head: np.ndarray,
-            class_slice_bytes: np.ndarray, multi: bool, class_part: np.ndarray, part_hit: np.ndarray,
+            class_slice_bytes: np.ndarray, multi: bool,
             ring_base: np.ndarray, ring_cap: np.ndarray, ring_front: np.ndarray, ring_len: np.ndarray,
             ring_threshold: np.ndarray, ring_row: np.ndarray, active: np.ndarray, touched: np.ndarray,
             flagged: np.ndarray, counters: np.ndarray) -> tuple[int, bool]:
@@ -316,8 +316,9 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
     dep (slices and window are its class's); (3) start them: a local one arrives at once (``quick``,
     handled on the next round), any other joins its class's queue at ``progress + slice_bytes`` (the
     counter restarting at 0 on an idle class), the class noted as touched (``counters``: classes with
-    members, classes touched). With ``multi`` (a joint simulation), every part a slice arrived in is
-    flagged in ``part_hit``.
+    members, classes touched). ``class_int`` holds each class's slices, window and part (rows 0, 1, 2); with
+    ``multi`` (a joint simulation), every part p a slice arrived in is flagged in ``counters[3 + p]`` (packed
+    into the arrays the call takes anyway: numba counts references to every array argument, per call).
     """
     done = 0
     any_arrival = False
@@ -342,7 +343,7 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
         for i in range(n_a):
             parent = source_a[i]
             if multi:
-                part_hit[class_part[of_class[parent]]] = True
+                counters[3 + class_int[2, of_class[parent]]] = 1
             for k in range(child_ptr[parent], child_ptr[parent + 1]):
                 row = child_flat[k]
                 if mark[row] != stamp:
@@ -352,9 +353,15 @@ def _settle(arrivals: np.ndarray, n_arrived: int, finished: np.ndarray, n_finish
         kept = 0
         for i in range(count):
             row = rows[i]
+            if busy[row]:
+                continue
             next_slice = sent[row]
-            c = of_class[row]
-            if busy[row] or next_slice >= class_slices[c] or arrived[row] <= next_slice - class_window[c]:
+            if multi:  # one part: every class has the first's slices and window (no per-row lookup)
+                c = of_class[row]
+                slices, window = class_int[0, c], class_int[1, c]
+            else:
+                slices, window = class_int[0, 0], class_int[1, 0]
+            if next_slice >= slices or arrived[row] <= next_slice - window:
                 continue
             ready = True
             for k in range(dep_ptr[row], dep_ptr[row + 1]):
@@ -426,8 +433,12 @@ def run(relative_tolerance: float, part_base: np.ndarray, cutoff: float, work_li
     parts = part_base.size
     multi = parts > 1
     base = part_base.min()
-    part_hit = np.zeros(parts, dtype=np.bool_)
     part_last = np.zeros(parts)
+    class_int = np.empty((3, num_classes), dtype=np.int64)
+    for c in range(num_classes):
+        class_int[0, c] = class_slices[c]
+        class_int[1, c] = class_window[c]
+        class_int[2, c] = class_part[c]
     sent = np.zeros(count, dtype=np.int64)
     arrived = np.zeros(count, dtype=np.int64)
     busy = np.zeros(count, dtype=np.bool_)
@@ -445,7 +456,8 @@ def run(relative_tolerance: float, part_base: np.ndarray, cutoff: float, work_li
     active = np.empty(num_classes, dtype=np.int64)
     touched = np.empty(num_classes, dtype=np.int64)
     flagged = np.zeros(num_classes, dtype=np.bool_)
-    counters = np.zeros(3, dtype=np.int64)  # classes with members, classes touched, candidate stamp
+    # classes with members, classes touched, candidate stamp, then a flag per part (a slice arrived in it)
+    counters = np.zeros(3 + parts, dtype=np.int64)
     mark = np.zeros(count, dtype=np.int64)
     rows = np.empty(count, dtype=np.int64)
     quick_a = np.empty(count, dtype=np.int64)
@@ -487,12 +499,11 @@ def run(relative_tolerance: float, part_base: np.ndarray, cutoff: float, work_li
             finished[n_finished] = row
             n_finished += 1
     added, any_arrival = _settle(arrivals, 0, finished, n_finished, quick_a, quick_b, rows, mark, busy, sent,
-                                 arrived, class_slices, class_window, dep_ptr, dep_flat, child_ptr, child_flat,
-                                 of_class, local, members, progress, head, class_slice_bytes, multi, class_part,
-                                 part_hit, ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
-                                 active, touched, flagged, counters)
+                                 arrived, class_int, dep_ptr, dep_flat, child_ptr, child_flat, of_class, local,
+                                 members, progress, head, class_slice_bytes, multi, ring_base, ring_cap, ring_front,
+                                 ring_len, ring_threshold, ring_row, active, touched, flagged, counters)
     done += added
-    part_hit[:] = False  # what arrives at time 0 leaves each part's last arrival at 0
+    counters[3:] = 0  # what arrives at time 0 leaves each part's last arrival at 0
     while done < total:
         # Slices are still to arrive, none before ``now``: the time is at least now + base.
         if now + base > cutoff:
@@ -624,18 +635,18 @@ def run(relative_tolerance: float, part_base: np.ndarray, cutoff: float, work_li
         for i in range(n_arrived):
             arrived[arrivals[i]] += 1
         added, any_arrival = _settle(arrivals, n_arrived, finished, n_finished, quick_a, quick_b, rows, mark,
-                                     busy, sent, arrived, class_slices, class_window, dep_ptr, dep_flat,
-                                     child_ptr, child_flat, of_class, local, members, progress, head,
-                                     class_slice_bytes, multi, class_part, part_hit, ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
+                                     busy, sent, arrived, class_int, dep_ptr, dep_flat, child_ptr, child_flat,
+                                     of_class, local, members, progress, head, class_slice_bytes, multi,
+                                     ring_base, ring_cap, ring_front, ring_len, ring_threshold, ring_row,
                                      active, touched, flagged, counters)
         done += added
         if any_arrival:
             last_arrival = now
             if multi:
                 for p in range(parts):
-                    if part_hit[p]:
+                    if counters[3 + p]:
                         part_last[p] = now
-                        part_hit[p] = False
+                        counters[3 + p] = 0
     if not multi:
         part_last[0] = last_arrival
     part_finish = part_last + part_base
