@@ -256,7 +256,8 @@ def _compare_job(spec: str, path: str, as_json: bool, model: str, given: dict[st
         console.print(f"nccl for every collective, together: {fmt_time(base)}"
                       + (f" ({base / objective:.2f}x the chosen set's time)" if objective > 0 else ""))
     note(f"[dim]alone one after another: {fmt_time(result.serial_s)}; the slowest alone: "
-         f"{fmt_time(result.alone_makespan_s)}; {len(result.tried)} schedule sets simulated together[/dim]")
+         f"{fmt_time(result.alone_makespan_s)}; the set chosen by a local search over {len(result.tried)} sets "
+         "simulated together (a heuristic: the joint bound says how far it can be from the best)[/dim]")
     note("[dim]slowdown: the collective's finish in the job over its time alone (links shared max-min per "
          "connection: a schedule with more transfers in flight takes a larger share); own bound: its lower bound "
          "alone on its group[/dim]")
