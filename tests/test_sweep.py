@@ -109,9 +109,47 @@ def test_scalars_are_fixed_and_int_lists_are_tuples(tmp_path):
         ("2x2", 25, 4, OK), ("2x3", 25, 6, OK)]
 
 
+def test_a_spec_sweeps_the_users_topology_files_and_library_specs(tmp_path):
+    """``topology`` may list fixed topologies: files (relative to the spec's folder) and library specs; each
+    runs every (collective, algorithm) and gives what ``evaluate`` gives on the same topology; editing a
+    file gives its points new ids, so a resumed sweep reruns them."""
+    from synth.choose import synthesize
+    from synth.evaluate import evaluate
+    from synth.library import load_topology
+    from synth.topology import Topology
+
+    (tmp_path / "fabrics").mkdir()
+    mine = load_topology("ring:n=4").to_dict()
+    mine["name"] = "my-ring"
+    mine.pop("dimensions", None)  # a link is edited below
+    (tmp_path / "fabrics" / "mine.json").write_text(json.dumps(mine))
+    data = {"topology": ["fabrics/mine.json", "switch:n=4"], "collectives": ["allgather"],
+            "algorithms": ["ring", "direct"], "sizes": ["1MiB"]}
+    sweep = load_spec(write_spec(tmp_path, data))
+    assert [(p.topology, p.algorithm) for p in sweep.points] == [
+        ("fabrics/mine.json", "ring"), ("fabrics/mine.json", "direct"), ("switch:n=4", "ring"),
+        ("switch:n=4", "direct")]
+    assert sweep.parameters == ()
+    run_sweep(sweep, tmp_path / "r.parquet", workers=1)
+    rows = read_results(tmp_path / "r.parquet")
+    assert [r["status"] for r in rows] == [OK] * 4
+    topology = Topology.from_dict(mine)
+    expected = evaluate(synthesize(topology, "allgather", "ring"), topology, 2**20).time_s
+    assert rows[0]["topology"] == "fabrics/mine.json" and rows[0]["time_s"] == expected
+    mine["links"][0]["bandwidth"] = 1.0
+    (tmp_path / "fabrics" / "mine.json").write_text(json.dumps(mine))
+    edited = load_spec(write_spec(tmp_path, data))
+    assert edited.points[0].point_id != sweep.points[0].point_id
+    assert edited.points[2].point_id == sweep.points[2].point_id
+
+
 @pytest.mark.parametrize("change, field, words", [
     ({"topolgy": "ring"}, "topolgy", "unknown field"),
-    ({"topology": "nosuch"}, "topology", "unknown topology builder"),
+    ({"topology": "nosuch"}, "topology", "neither a file nor a library name"),
+    ({"topology": "dgx-a100:boxes=2"}, "grid", "the topology 'dgx-a100:boxes=2' is fixed"),
+    ({"topology": ["ring:n=4", "nosuch.yaml"], "grid": {}}, "topology.1", "no such topology file"),
+    ({"topology": ["ring:n=4", "ring:n=4"], "grid": {}}, "topology", "listed twice"),
+    ({"topology": [], "grid": {}}, "topology", "at least one topology"),
     ({"grid": {"boxes": [1, 2]}}, "grid.boxes", "has no parameter 'boxes'"),
     ({"grid": {"n": [4, 4]}}, "grid.n.1", "duplicate value"),
     ({"grid": {"n": []}}, "grid.n", "at least one value"),

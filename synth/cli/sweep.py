@@ -44,8 +44,9 @@ class _RateColumn(ProgressColumn):
 
 
 def sweep(
-    spec: Annotated[str, typer.Argument(help="Sweep spec (.yaml/.json): a topology builder, a grid of its "
-                                             "parameters, collectives, algorithms, sizes (format: docs/sweeps.md).")],
+    spec: Annotated[str, typer.Argument(help="Sweep spec (.yaml/.json): a topology builder and a grid of its "
+                                             "parameters, or topology files and library specs; collectives, "
+                                             "algorithms, sizes (format: docs/sweeps.md).")],
     output: Annotated[str, typer.Option(
         "--output", "-o", help="Results file (Parquet). Rows already in it are kept and their points skipped.")],
     scheduler: Annotated[str | None, typer.Option(

@@ -1,8 +1,9 @@
 """Design-space sweeps: synthesize, verify and evaluate every point of a parameter grid, in parallel on Dask.
 
-A sweep spec (YAML or JSON) names a topology builder from the library, a grid of its parameters, the
-collectives, the algorithms and the message sizes. Every *point* -- one combination of builder
-parameters x collective x algorithm -- is synthesized, verified (exactly) and evaluated at every size.
+A sweep spec (YAML or JSON) names a topology builder from the library and a grid of its parameters (or a
+list of fixed topologies: the user's own files and library specs), the collectives, the algorithms and the
+message sizes. Every *point* -- one combination of builder parameters (or one fixed topology) x collective
+x algorithm -- is synthesized, verified (exactly) and evaluated at every size.
 The results are one row per (point, size) in a Parquet file.
 
 Spec format
@@ -27,13 +28,24 @@ Spec format
     options:                     # optional per-algorithm options, passed to the algorithm as is
       ring: {chunks: 8}
 
+Fixed topologies instead of a builder and its grid (no ``grid`` then)::
+
+    topology: [fabrics/my-cluster.yaml, dgx-a100:boxes=4, dgx1]   # or one of them, without the list
+    collectives: [allreduce]
+    sizes: [64MiB, 1GiB]
+
+A ``.json``/``.yaml`` entry is a topology file, a relative path taken from the spec file's folder (or a
+shipped file such as ``dgx1.json``); it is read and checked when the spec is, and its points carry its
+document, so Dask workers need no copy of it. Any other entry is a library spec (``synth topologies``).
+The ``topology`` column holds the entry as written.
+
 Unknown keys, unknown parameters or algorithms, empty lists and duplicate values are rejected with an
 error naming the spec file and the field.
 
 Results
 -------
 One row per (point, size), with the columns ``point_id`` (a stable hash of the topology builder, its
-parameters, the collective, the algorithm, its options, the model, the plan overrides and the evaluator's
+parameters (or the fixed topology and its file's content), the collective, the algorithm, its options, the model, the plan overrides and the evaluator's
 version), ``topology``, one column per grid parameter, ``num_ranks``, ``collective``, ``algorithm``,
 ``model``, ``size`` (bytes), ``status`` (``ok``, ``not-applicable`` or ``error``), ``bound_algbw_GBps``
 (the largest algbw the topology's lower bound on time allows at that size, empty when none),

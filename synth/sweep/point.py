@@ -30,6 +30,23 @@ def _build_topology(builder: str, params_json: str) -> Topology:
         raise InputError("", "topology", f"{builder} with {params_json}: {error}") from None
 
 
+@lru_cache(maxsize=32)
+def _fixed_topology(name: str, document: str | None) -> Topology:
+    """A fixed topology of a sweep: its file's document, or the library spec ``name``."""
+    if document is not None:
+        return Topology.from_dict(json.loads(document), source=name)
+    from synth.library import load_topology
+
+    return load_topology(name)
+
+
+def point_topology(point: Point) -> Topology:
+    """The topology a point runs on: its builder with its parameters, or its fixed topology."""
+    if point.fixed:
+        return _fixed_topology(point.topology, point.document)
+    return _build_topology(point.topology, json.dumps(point.params, sort_keys=True, default=list))
+
+
 @lru_cache(maxsize=256)
 def _bound(topology: Topology, collective: str) -> TimeBound | None:
     from synth.collectives import parse_kind
@@ -82,7 +99,7 @@ def run_point(point: Point, sizes: Sequence[int]) -> list[Row]:
     from synth.verify import verify
 
     try:
-        topology = _build_topology(point.topology, json.dumps(point.params, sort_keys=True, default=list))
+        topology = point_topology(point)
     except Exception as error:  # a bad parameter value fails this point only
         return failed_rows(point, sizes, ERROR, f"building the topology: {error_text(error)}")
     from synth import limits

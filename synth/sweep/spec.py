@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from synth.errors import InputError, LimitError, invalid
+from synth.errors import InputError, LimitError, excerpt, invalid
 from synth.sweep.results import EVALUATOR_VERSION, RESERVED_COLUMNS
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ MAX_AXIS_VALUES = 100_000
 class _SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
-    topology: str
+    topology: str | list[str]
     grid: dict[str, Any] = {}
     collectives: list[str]
     algorithms: list[str] | None = None
@@ -60,6 +60,19 @@ class Point:
     model: str
     options: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)
+    #: a fixed topology's document (canonical JSON) when it came from a file; None for a library name
+    document: str | None = None
+    #: True when ``topology`` is a fixed topology (a file or a library spec), False for a builder and its ``params``
+    fixed: bool = False
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """One fixed topology of a spec's ``topology`` list: its name as written, and its document when it is a
+    file (canonical JSON, so a point can be built where the file is not, e.g. on a Dask worker)."""
+
+    name: str
+    document: str | None
 
 
 @dataclass(frozen=True)
@@ -76,8 +89,9 @@ class Sweep:
 
 
 def point_id(topology: str, params: dict[str, Any], collective: str, algorithm: str, options: dict[str, Any],
-             model: str, plan: dict[str, Any] | None = None) -> str:
-    """The stable id of a point: 16 hex digits of a SHA-256 of its canonical JSON description.
+             model: str, plan: dict[str, Any] | None = None, document: str | None = None) -> str:
+    """The stable id of a point: 16 hex digits of a SHA-256 of its canonical JSON description (with a
+    topology file's ``document``, so that editing the file gives its points new ids).
 
     Examples
     --------
@@ -85,10 +99,12 @@ def point_id(topology: str, params: dict[str, Any], collective: str, algorithm: 
     ...                                                                         "ring", {}, "flow")
     True
     """
-    canonical = json.dumps({"topology": topology, "params": params, "collective": collective,
-                            "algorithm": algorithm, "options": options, "model": model, "plan": plan or {},
-                            "evaluator": EVALUATOR_VERSION},
-                           sort_keys=True, separators=(",", ":"), default=list)
+    described: dict[str, Any] = {"topology": topology, "params": params, "collective": collective,
+                                 "algorithm": algorithm, "options": options, "model": model, "plan": plan or {},
+                                 "evaluator": EVALUATOR_VERSION}
+    if document is not None:
+        described["document"] = hashlib.sha256(document.encode("utf-8")).hexdigest()
+    canonical = json.dumps(described, sort_keys=True, separators=(",", ":"), default=list)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
@@ -101,35 +117,112 @@ def load_spec(path: str | Path) -> Sweep:
 
 def parse_spec(data: Any, source: str = "") -> Sweep:
     """Validate a parsed spec document and expand its grid into points (see the module docstring)."""
-    from synth.units import parse_size
-
     spec = _validated_spec(data, source)
-    builder = _builder_name(spec.topology, source)
+    builder = _builder_of(spec.topology)
+    if builder is None:
+        if spec.grid:
+            if isinstance(spec.topology, str):
+                _fixed_topology(spec.topology, source, "topology")  # an unknown name says so first
+            raise InputError(source, "grid", "a grid varies a library builder's parameters; the topology "
+                             f"{_quoted(spec.topology)} is fixed (a file or a library spec): leave the grid out, "
+                             "or name a builder (`synth topologies` lists them)")
+        return _fixed_sweep(spec, source)
     axes = _grid_axes(spec.grid, builder, source)
-    kinds = _collective_kinds(spec.collectives, source)
-    algorithms = _algorithm_names(spec.algorithms, spec.options, source)
-    pairs = _pairs(kinds, algorithms, source)
-    sizes = _sizes(spec.sizes, source, parse_size)
-    model = spec.model
-    _check_model(model, source)
-    plan = _plan_fields(spec.plan, source, parse_size)
-
-    total = math.prod(len(values) for values in axes.values()) * len(pairs)
-    if total > MAX_POINTS:
-        raise LimitError(f"{source}: the spec expands to {total:,} points, more than the limit of {MAX_POINTS:,}")
-    from synth import limits
-
-    limits.check("max_sweep_rows", total * len(sizes), f"the sweep {source or ''} ({total:,} points x "
-                 f"{len(sizes)} sizes)".replace("  ", " "), hint="use fewer grid values or sizes")
+    pairs, sizes, plan = _runs(spec, source, math.prod(len(values) for values in axes.values()), "grid values")
     points: list[Point] = []
     names = list(axes)
     for combination in itertools.product(*axes.values()):
         params = dict(zip(names, combination, strict=True))
         for kind, algorithm in pairs:
             options = dict(spec.options.get(algorithm, {}))
-            pid = point_id(builder, params, kind, algorithm, options, model, plan)
-            points.append(Point(len(points), pid, builder, params, kind, algorithm, model, options, plan))
-    return Sweep(spec.name, builder, tuple(names), tuple(points), tuple(sizes), model, source)
+            pid = point_id(builder, params, kind, algorithm, options, spec.model, plan)
+            points.append(Point(len(points), pid, builder, params, kind, algorithm, spec.model, options, plan))
+    return Sweep(spec.name, builder, tuple(names), tuple(points), tuple(sizes), spec.model, source)
+
+
+def _runs(spec: _SpecModel, source: str, topologies: int,
+          fewer: str) -> tuple[list[tuple[str, str]], list[int], dict[str, Any]]:
+    """The spec's (collective, algorithm) pairs, sizes and plan overrides, validated, with the sweep's size
+    (``topologies`` x pairs points, times the sizes in rows) checked against the limits before any work."""
+    from synth.units import parse_size
+
+    kinds = _collective_kinds(spec.collectives, source)
+    algorithms = _algorithm_names(spec.algorithms, spec.options, source)
+    pairs = _pairs(kinds, algorithms, source)
+    sizes = _sizes(spec.sizes, source, parse_size)
+    _check_model(spec.model, source)
+    plan = _plan_fields(spec.plan, source, parse_size)
+    total = topologies * len(pairs)
+    if total > MAX_POINTS:
+        raise LimitError(f"{source}: the spec expands to {total:,} points, more than the limit of {MAX_POINTS:,}")
+    from synth import limits
+
+    limits.check("max_sweep_rows", total * len(sizes), f"the sweep {source or ''} ({total:,} points x "
+                 f"{len(sizes)} sizes)".replace("  ", " "), hint=f"use fewer {fewer} or sizes")
+    return pairs, sizes, plan
+
+
+def _fixed_sweep(spec: _SpecModel, source: str) -> Sweep:
+    """The sweep of a spec whose ``topology`` is one fixed topology or a list of them: every topology x
+    (collective, algorithm), topologies outermost."""
+    names = [spec.topology] if isinstance(spec.topology, str) else list(spec.topology)
+    if not names:
+        raise InputError(source, "topology", "expected at least one topology")
+    pairs, sizes, plan = _runs(spec, source, len(names), "topologies")  # before any topology is read
+    if len(set(names)) != len(names):
+        raise InputError(source, "topology", "a topology is listed twice")
+    fixed = [_fixed_topology(name, source, f"topology.{index}" if isinstance(spec.topology, list) else "topology")
+             for index, name in enumerate(names)]
+    points: list[Point] = []
+    for entry in fixed:
+        for kind, algorithm in pairs:
+            options = dict(spec.options.get(algorithm, {}))
+            pid = point_id(entry.name, {}, kind, algorithm, options, spec.model, plan, entry.document)
+            points.append(Point(len(points), pid, entry.name, {}, kind, algorithm, spec.model, options, plan,
+                                entry.document, fixed=True))
+    return Sweep(spec.name, ", ".join(entry.name for entry in fixed), (), tuple(points), tuple(sizes), spec.model,
+                 source)
+
+
+def _quoted(topology: str | list[str]) -> str:
+    """The spec's topology field for a message (at most 200 characters)."""
+    return excerpt(repr(topology) if isinstance(topology, str) else ", ".join(topology))
+
+
+def _fixed_topology(name: str, source: str, where: str) -> Fixed:
+    """A fixed topology of the spec, checked now: a ``.json``/``.yaml`` file (a relative path is taken from
+    the spec file's folder, then as a shipped topology file) or a library spec such as ``dgx-a100:boxes=2``."""
+    from synth.library import load_topology
+    from synth.topology import Topology, read_document
+
+    if not name.strip():
+        raise InputError(source, where, "expected a topology file or library name, got an empty string")
+    path = Path(name)
+    if path.suffix.lower() in (".json", ".yaml", ".yml"):
+        local = path if path.is_absolute() or not source else Path(source).parent / path
+        if local.is_file():
+            document = read_document(local)
+            Topology.from_dict(document, source=str(local))
+            return Fixed(name, json.dumps(document, sort_keys=True, separators=(",", ":")))
+        if local.exists():
+            raise InputError(source, where, f"{str(local)!r} is not a regular file (a topology file is expected)")
+        if not (path.parent == Path(".") and _shipped(path.name)):
+            folder = str(Path(source).parent) if source else "."
+            raise InputError(source, where, f"no such topology file {str(local)!r} (a relative path is taken from "
+                             f"the spec's folder {folder!r})")
+    try:
+        load_topology(name)
+    except InputError as error:
+        detail = error.problem if error.field == "topology" or error.source == excerpt(name) else str(error)
+        raise InputError(source, where, detail) from None
+    return Fixed(name, None)
+
+
+def _shipped(file_name: str) -> bool:
+    """Whether ``file_name`` is a topology file shipped in the library's ``topologies/`` folder."""
+    from synth.library.files import TOPOLOGY_DIR
+
+    return (TOPOLOGY_DIR / file_name).is_file()
 
 
 def _validated_spec(data: Any, source: str) -> _SpecModel:
@@ -144,16 +237,15 @@ def _validated_spec(data: Any, source: str) -> _SpecModel:
                       "options") from None
 
 
-def _builder_name(topology: str, source: str) -> str:
-    """The library builder ``topology`` names (``_`` and ``-`` are interchangeable)."""
+def _builder_of(topology: str | list[str]) -> str | None:
+    """The library builder a one-name ``topology`` names (``_`` and ``-`` are interchangeable); None for a list,
+    a file or a library spec with parameters."""
     from synth.library import LIBRARY
 
+    if not isinstance(topology, str):
+        return None
     spellings = (topology, topology.replace("_", "-"), topology.replace("-", "_"))
-    builder = next((name for name in spellings if name in LIBRARY), None)
-    if builder is None:
-        raise InputError(source, "topology", f"unknown topology builder {topology!r}; expected one of "
-                         f"{', '.join(LIBRARY)}")
-    return builder
+    return next((name for name in spellings if name in LIBRARY), None)
 
 
 def _grid_axes(grid: dict[str, Any], builder: str, source: str) -> dict[str, list[Any]]:
