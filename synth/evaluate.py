@@ -30,9 +30,8 @@ from typing import Any
 from synth.errors import InputError, LimitError
 from synth.flow import simulate
 from synth.plan import AUTO_PROTOCOLS, PROTOCOL_COSTS, Plan, Protocol, make_plan, parse_protocol, pinned
-from synth.schedule import Schedule
+from synth.schedule import ScheduleForm
 from synth.topology import Topology
-from synth.trees import TreeSchedule, link_chunks
 
 GIGA = 10**9
 MICRO = 1e-6
@@ -78,8 +77,9 @@ class Evaluation:
                 "model": self.model, **self.plan.to_dict()}
 
 
-def congestion(schedule: Schedule, topology: Topology, top: int = 5) -> CongestionReport:
-    """Exact congestion bound of a schedule: max over links of (chunks x chunk bytes) / bandwidth.
+def congestion(schedule: ScheduleForm, topology: Topology, top: int = 5) -> CongestionReport:
+    """Exact congestion bound of a schedule in either form: max over links of (chunks x chunk bytes) /
+    bandwidth (the trees form's link loads come from its trees, without building its transfers).
 
     Examples
     --------
@@ -89,30 +89,13 @@ def congestion(schedule: Schedule, topology: Topology, top: int = 5) -> Congesti
     >>> report = congestion(synthesize(topo, "allgather", "ring"), topo)
     >>> report.time(4 * 10**9) == 3 / 4 * 4 * 10**9 / (topo.bandwidth("gpu0", "gpu1") * 10**9)
     True
-    """
-    counts: dict[tuple[str, str], int] = {}
-    for t in schedule.transfers:
-        path = t.path
-        for hop in zip(path, path[1:], strict=False):
-            counts[hop] = counts.get(hop, 0) + 1
-    return _congestion_report(counts, schedule.collective.chunks, topology, top)
-
-
-def tree_congestion(form: TreeSchedule, topology: Topology, top: int = 5) -> CongestionReport:
-    """:func:`congestion` of a trees-form schedule (:mod:`synth.trees`), from its trees: the same report
-    as for its expanded transfers, without building them.
-
-    Examples
-    --------
-    >>> from synth.library import load_topology
     >>> from synth.algorithms.forest import forest_trees
     >>> from synth.collectives import Kind
-    >>> topo = load_topology("dgx1")
-    >>> form = forest_trees(topo, Kind.ALLGATHER)
-    >>> tree_congestion(form, topo) == congestion(form.expand(), topo)
+    >>> form = forest_trees(load_topology("dgx1"), Kind.ALLGATHER)
+    >>> congestion(form, load_topology("dgx1")) == congestion(form.expand(), load_topology("dgx1"))
     True
     """
-    return _congestion_report(link_chunks(form), form.collective.chunks, topology, top)
+    return _congestion_report(schedule.link_chunks(), schedule.collective.chunks, topology, top)
 
 
 def _congestion_report(counts: dict[tuple[str, str], int], chunks: int, topology: Topology, top: int) -> CongestionReport:
@@ -123,7 +106,7 @@ def _congestion_report(counts: dict[tuple[str, str], int], chunks: int, topology
     return CongestionReport(worst, busiest, counts)
 
 
-def metrics(schedule: Schedule | TreeSchedule, size: int, time_s: float) -> tuple[float, float]:
+def metrics(schedule: ScheduleForm, size: int, time_s: float) -> tuple[float, float]:
     """(algbw, busbw) in GB/s by the nccl-tests conventions."""
     if time_s <= 0:
         return float("inf"), float("inf")
@@ -189,7 +172,7 @@ class PlanOptions:
                 "window": self.window}
 
 
-def candidate_plans(schedule: Schedule | TreeSchedule, size: int, model: Model, options: PlanOptions | None = None) -> list[Plan]:
+def candidate_plans(schedule: ScheduleForm, size: int, model: Model, options: PlanOptions | None = None) -> list[Plan]:
     """The plans to try for ``schedule`` at ``size``: one, or one per protocol when the protocol is auto.
 
     Precedence: ``options`` (explicit), then the schedule's ``params["plan"]`` pins, then the rule of
@@ -219,7 +202,7 @@ def candidate_plans(schedule: Schedule | TreeSchedule, size: int, model: Model, 
                       slices=slices) for protocol in protocols]
 
 
-def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes: Iterable[int], model: str = "flow",
+def evaluate_sizes(schedule: ScheduleForm, topology: Topology, sizes: Iterable[int], model: str = "flow",
                    options: PlanOptions | None = None, cutoff: float | None = None,
                    work_limit: int | None = None) -> list[Evaluation]:
     """Evaluate a schedule at several message sizes (the congestion report is computed once).
@@ -242,12 +225,9 @@ def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes:
     chosen_model = get_model(model)
     if work_limit is not None and (isinstance(work_limit, bool) or not isinstance(work_limit, int) or work_limit < 0):
         raise InputError("", "work_limit", f"expected a whole number of work units, at least 0, got {work_limit!r}")
-    if isinstance(schedule, TreeSchedule):
-        report = tree_congestion(schedule, topology)
-        if chosen_model.name != "flow":
-            schedule = schedule.expand()
-    else:
-        report = congestion(schedule, topology)
+    report = congestion(schedule, topology)
+    if chosen_model.name != "flow":  # the flow model streams the trees form; the others take the transfers
+        schedule = schedule.expand()
     results = []
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -283,8 +263,8 @@ def evaluate_sizes(schedule: Schedule | TreeSchedule, topology: Topology, sizes:
     return results
 
 
-def _check_work(schedule: Schedule | TreeSchedule, size: int, plan: Plan) -> None:
-    count = schedule.num_transfers() if isinstance(schedule, TreeSchedule) else len(schedule.transfers)
+def _check_work(schedule: ScheduleForm, size: int, plan: Plan) -> None:
+    count = schedule.num_transfers()
     work = count * plan.slices
     if work <= MAX_SLICE_TRANSFERS:
         return
@@ -297,7 +277,7 @@ def _check_work(schedule: Schedule | TreeSchedule, size: int, plan: Plan) -> Non
         f"(`slices` {fewest}, or `slice_bytes` {math.ceil(chunk / fewest)})")
 
 
-def evaluate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, model: str = "flow",
+def evaluate(schedule: ScheduleForm, topology: Topology, size: int, model: str = "flow",
              options: PlanOptions | None = None, cutoff: float | None = None, work_limit: int | None = None,
              **plan: Any) -> Evaluation:
     """Evaluate a schedule at one message size with the chosen model and plan.

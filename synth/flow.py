@@ -75,9 +75,8 @@ import numpy as np
 
 from synth.errors import InputError, LimitError, VerificationError
 from synth.plan import Plan, Protocol, make_plan
-from synth.schedule import Schedule, Transfer
+from synth.schedule import ScheduleForm, Transfer
 from synth.topology import Topology
-from synth.trees import TreeSchedule
 
 GIGA = 10**9
 MICRO = 1e-6
@@ -117,20 +116,19 @@ class _Classes:
     part: np.ndarray
 
 
-def _switch_charges(schedule: Schedule | TreeSchedule,
+def _switch_charges(schedule: ScheduleForm,
                     topology: Topology) -> tuple[dict[int, tuple[str, str, float]], list[bool]]:
     """For a schedule with switch ops: the output legs that cross a switch's throughput (transfer id ->
     (switch, ``"reduction"`` or ``"multicast"``, GB/s)) and, per op, whether its legs reach gpus of more
     than one box."""
-    ops = schedule.switch_ops if isinstance(schedule, Schedule) else ()
+    ops = schedule.switch_ops
     if not ops:
         return {}, []
-    assert isinstance(schedule, Schedule)
     charged: dict[int, tuple[str, str, float]] = {}
     first_output = [-1] * len(ops)
     spans: list[set[int]] = [set() for _ in ops]
     boxes = topology.boxes
-    for t in schedule.transfers:
+    for t in schedule.iter_transfers():
         index = t.to_switch if t.to_switch is not None else t.from_switch
         if index is None:
             continue
@@ -154,7 +152,7 @@ def _switch_charges(schedule: Schedule | TreeSchedule,
 
 
 def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan: Plan,
-             schedule: Schedule | TreeSchedule | None = None) -> tuple[_Classes, np.ndarray, np.ndarray]:
+             schedule: ScheduleForm | None = None) -> tuple[_Classes, np.ndarray, np.ndarray]:
     """The path classes and the deps of ``count`` transfers (ids 0..count-1), in one pass over them, so a
     trees-form schedule streams through without its transfers being held: (classes, each transfer's
     number of deps, every transfer's deps one after the other). ``schedule``, when it has switch ops,
@@ -164,7 +162,7 @@ def _classes(transfers: Iterable[Transfer], count: int, topology: Topology, plan
 
 #: One part of a joint simulation: its transfers, how many, the topology view they run on (the same
 #: fabric for every part), the plan and the schedule (for its switch ops).
-_Part = tuple[Iterable[Transfer], int, Topology, Plan, "Schedule | TreeSchedule | None"]
+_Part = tuple[Iterable[Transfer], int, Topology, Plan, "ScheduleForm | None"]
 
 
 def _joint_classes(parts: list[_Part]) -> tuple[_Classes, np.ndarray, np.ndarray]:
@@ -223,7 +221,7 @@ class _ClassBuilder:
         self.ids, self.of_class, self.dep_counts, self.dep_flat = array("q"), array("q"), array("q"), array("q")
 
     def add(self, part_index: int, transfers: Iterable[Transfer], topology: Topology, plan: Plan,
-            schedule: Schedule | TreeSchedule | None) -> None:
+            schedule: ScheduleForm | None) -> None:
         """One part's transfers, in one pass (its classes made as their paths first appear)."""
         charged, network_op = _switch_charges(schedule, topology) if schedule is not None else ({}, [])
         efficiency = float(plan.costs.efficiency)
@@ -309,12 +307,10 @@ def _csr(counts: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pointer, flat
 
 
-def _transfers(schedule: Schedule | TreeSchedule) -> tuple[int, Iterable[Transfer]]:
+def _transfers(schedule: ScheduleForm) -> tuple[int, Iterable[Transfer]]:
     """How many transfers ``schedule`` has and the transfers themselves (a trees-form schedule's made one at
     a time as they are read)."""
-    if isinstance(schedule, TreeSchedule):
-        return schedule.num_transfers(), schedule.iter_transfers()
-    return len(schedule.transfers), schedule.transfers
+    return schedule.num_transfers(), schedule.iter_transfers()
 
 
 def _stall_error() -> VerificationError:
@@ -322,14 +318,14 @@ def _stall_error() -> VerificationError:
                              "(their deps form a cycle; verify the schedule)")
 
 
-def _work_limit_error(schedule: Schedule | TreeSchedule, size: int, plan: Plan, work_limit: int,
+def _work_limit_error(schedule: ScheduleForm, size: int, plan: Plan, work_limit: int,
                       events: int) -> LimitError:
     return LimitError(f"flow simulation of {schedule.algorithm} {schedule.kind} at {size} "
                       f"bytes under {plan.describe()}: link sharing past the work limit "
                       f"of {work_limit:,} after {events:,} events")
 
 
-def simulate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan | None = None,
+def simulate(schedule: ScheduleForm, topology: Topology, size: int, plan: Plan | None = None,
              cutoff: float | None = None, work_limit: int | None = None, engine: Engine = "compiled") -> float:
     """Completion time in seconds of ``schedule`` at ``size`` bytes under ``plan`` (see the module doc).
 
@@ -363,7 +359,7 @@ def simulate(schedule: Schedule | TreeSchedule, topology: Topology, size: int, p
     return simulate_detailed(schedule, topology, size, plan, cutoff, work_limit, engine).time_s
 
 
-def simulate_detailed(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan,
+def simulate_detailed(schedule: ScheduleForm, topology: Topology, size: int, plan: Plan,
                       cutoff: float | None = None, work_limit: int | None = None,
                       engine: Engine = "compiled") -> FlowResult:
     """:func:`simulate` with the event and rate-update counts and the link-sharing work (for benchmarks).
@@ -423,7 +419,7 @@ class JointResult:
         return max(self.finish_s, default=0.0)
 
 
-def simulate_together(parts: Sequence[tuple[Schedule | TreeSchedule, Topology, int, Plan]],
+def simulate_together(parts: Sequence[tuple[ScheduleForm, Topology, int, Plan]],
                       work_limit: int | None = None, engine: Engine = "compiled") -> JointResult:
     """Several schedules started together on one fabric, sharing its links and switches: each part is a
     schedule, the topology it was made on (the fabric, or a :func:`synth.groups.group_view` of it), its

@@ -51,9 +51,8 @@ from synth.flow import (
     fixed_latency_s,
 )
 from synth.plan import Plan
-from synth.schedule import Schedule
+from synth.schedule import ScheduleForm
 from synth.topology import Topology
-from synth.trees import TreeSchedule
 
 
 class _MaxMin:
@@ -161,7 +160,7 @@ def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np
     return flat[index], owner
 
 
-def simulate_reference(schedule: Schedule | TreeSchedule, topology: Topology, size: int, plan: Plan,
+def simulate_reference(schedule: ScheduleForm, topology: Topology, size: int, plan: Plan,
                        cutoff: float | None = None, work_limit: int | None = None) -> FlowResult:
     """:func:`synth.flow.simulate_detailed` by the reference engine (same arguments, same result)."""
     count, transfers = _transfers(schedule)

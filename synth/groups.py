@@ -9,7 +9,7 @@ training frameworks split them:
 - either with ``:I`` picks the I-th such group (default 0): ``tp=8:1`` is gpus 8..15.
 
 One group is one collective; several groups at once (every tp group together) share the fabric and are a
-separate feature (issue 44, part 4).
+separate feature (:mod:`synth.jobs`).
 
 The collective runs on :func:`group_view`: the same fabric (every link and switch, the non-member gpus
 kept in the graph) whose rank list is the members. A path may cross a non-member gpu only where that gpu

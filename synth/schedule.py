@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal, Protocol, Self
 
 from synth.collectives import Collective, Kind, check_demand, check_shards, parse_kind
 from synth.errors import InputError, excerpt
@@ -229,6 +229,41 @@ class Schedule:
             elif t.from_switch is not None:
                 outputs[t.from_switch].append(t.id)
         return inputs, outputs
+
+    #: Transfers held in memory (False: the trees form, whose transfers are made one at a time as they are read).
+    held: ClassVar[bool] = True
+
+    def num_transfers(self) -> int:
+        """How many transfers the schedule has."""
+        return len(self.transfers)
+
+    def iter_transfers(self) -> Iterator[Transfer]:
+        """The transfers in id order."""
+        return iter(self.transfers)
+
+    def expand(self) -> Schedule:
+        """The schedule with every transfer: this one."""
+        return self
+
+    def with_topology_source(self, topology_file: str | None, topology_sha256: str | None) -> Schedule:
+        """This schedule, recording where its topology came from (a file path, its fingerprint)."""
+        return dataclasses.replace(self, topology_file=topology_file, topology_sha256=topology_sha256)
+
+    def link_chunks(self) -> dict[tuple[str, str], int]:
+        """Chunks crossing each directed link (``(u, v)`` -> count), over every transfer's path."""
+        counts: dict[tuple[str, str], int] = {}
+        for t in self.transfers:
+            path = t.path
+            for hop in zip(path, path[1:], strict=False):
+                counts[hop] = counts.get(hop, 0) + 1
+        return counts
+
+    def check_storable(self, what: str) -> None:
+        """Refuse (:class:`~synth.errors.LimitError`) a schedule that would be refused when read back from a
+        file: over the transfer limit. ``what`` names the file for the message."""
+        from synth import limits
+
+        limits.check_transfers(len(self.transfers), f"the schedule for {what}", hint="it would be refused when read back")
 
     def require_point_to_point(self, what: str) -> None:
         """Refuse (:class:`~synth.errors.NotApplicable`) a schedule with switch ops, for a consumer that
@@ -602,6 +637,48 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+class ScheduleForm(Protocol):
+    """What both forms of a schedule offer, so that a consumer never asks which form it holds: the
+    transfers form (:class:`Schedule`) and the trees form (:class:`synth.trees.TreeSchedule`).
+
+    The judges (:func:`synth.verify.verify`, :func:`synth.evaluate.congestion`) take either form and pick
+    the method for it; ``held`` says whether the transfers are in memory (False: the trees form makes them
+    one at a time, for consumers that stream), and :meth:`expand` gives the transfers form of either.
+    """
+
+    @property
+    def collective(self) -> Collective: ...
+    @property
+    def topology(self) -> str: ...
+    @property
+    def ranks(self) -> tuple[str, ...]: ...
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def topology_file(self) -> str | None: ...
+    @property
+    def topology_sha256(self) -> str | None: ...
+    @property
+    def switch_ops(self) -> tuple[SwitchOp, ...]: ...
+    @property
+    def held(self) -> bool: ...
+    @property
+    def kind(self) -> Kind: ...
+    @property
+    def chunks(self) -> int: ...
+    def num_transfers(self) -> int: ...
+    def iter_transfers(self) -> Iterator[Transfer]: ...
+    def expand(self) -> Schedule: ...
+    def with_topology_source(self, topology_file: str | None, topology_sha256: str | None) -> Self: ...
+    def link_chunks(self) -> dict[tuple[str, str], int]: ...
+    def check_storable(self, what: str) -> None: ...
+    def require_point_to_point(self, what: str) -> None: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> str: ...
+
+
 class ScheduleBuilder:
     """Accumulates transfers with automatic ids; algorithms use it to build schedules.
 
@@ -683,3 +760,4 @@ class ScheduleBuilder:
         """The finished, immutable schedule."""
         return Schedule(self.collective, self.topology, self.ranks, self.algorithm, self.params,
                         tuple(self.transfers), switch_ops=tuple(self.switch_ops))
+

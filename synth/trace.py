@@ -71,10 +71,10 @@ from synth.errors import InputError, LimitError, SynthError
 from synth.proto import et_def
 from synth.proto.et_def import CollectiveCommType, NodeType
 from synth.rank_deps import NearestTouching
-from synth.schedule import REDUCE, Schedule, Transfer
+from synth.schedule import REDUCE, Schedule, ScheduleForm, Transfer
 
 if TYPE_CHECKING:
-    from synth.trees import TreeSchedule
+    pass
 
 #: ``GlobalMetadata.version`` written into every file (nobody checks it; it must not be empty).
 ET_VERSION = "0.0.4"
@@ -140,12 +140,12 @@ class EtProgram:
         return dict(sorted(result.items()))
 
 
-def chunk_bytes(schedule: Schedule | TreeSchedule, size: int) -> int:
+def chunk_bytes(schedule: ScheduleForm, size: int) -> int:
     """Bytes per message for a collective of ``size`` bytes: size / chunks rounded up (at least 1)."""
     return max(1, math.ceil(size / schedule.collective.chunks))
 
 
-def et_params(schedule: Schedule | TreeSchedule, count: int | None = None) -> tuple[int, dict[int, int], dict[int, list[int]]]:
+def et_params(schedule: ScheduleForm, count: int | None = None) -> tuple[int, dict[int, int], dict[int, list[int]]]:
     """(default COMP µs, per-transfer COMP µs, recv_after) from ``schedule.params["et"]``, validated;
     transfer ids must be below ``count`` (default: the schedule's transfers)."""
     raw = schedule.params.get("et") if isinstance(schedule.params, Mapping) else None
@@ -154,7 +154,7 @@ def et_params(schedule: Schedule | TreeSchedule, count: int | None = None) -> tu
     if not isinstance(raw, Mapping):
         raise InputError("", "params.et", "expected an object")
     if count is None:
-        count = len(schedule.transfers)  # type: ignore[union-attr]
+        count = schedule.num_transfers()
 
     def transfer_id(key: Any, where: str) -> int:
         try:
@@ -440,16 +440,17 @@ class _RankTraces:
 STREAM_TRANSFERS_PER_PASS = 1_000_000
 
 
-def stream_rank_traces(form: TreeSchedule, size: int, comp_duration_us: int | None = None, tag_base: int = 0,
+def stream_rank_traces(form: ScheduleForm, size: int, comp_duration_us: int | None = None, tag_base: int = 0,
                        extras: bool = True, slices: int = 1, window: int | None = None,
                        per_pass: int = STREAM_TRANSFERS_PER_PASS) -> tuple[dict[str, Any], Iterator[tuple[int, list[EtNode]]]]:
-    """The traces of :func:`schedule_to_et` for a schedule in the trees form, rank by rank, without holding
-    every transfer: the metadata, and an iterator of ``(rank, nodes)`` in rank order.
+    """The traces of :func:`schedule_to_et` for a schedule (in either form: the trees form is the one whose
+    transfers are not held), rank by rank, without holding every transfer: the metadata, and an iterator of
+    ``(rank, nodes)`` in rank order.
 
-    Each pass expands the trees once (:meth:`~synth.trees.TreeSchedule.iter_transfers`), keeps the
+    Each pass reads the transfers once (:meth:`~synth.schedule.ScheduleForm.iter_transfers`), keeps the
     transfers that touch a block of ranks (about ``per_pass`` of them) and builds those ranks' nodes, so
     memory is bounded by ``per_pass`` while time grows with the number of passes. Every rank's nodes are
-    those :func:`schedule_to_et` builds from :meth:`~synth.trees.TreeSchedule.expand`, node for node.
+    those :func:`schedule_to_et` builds from :meth:`~synth.schedule.ScheduleForm.expand`, node for node.
     (What ``export chakra`` adds after that, the ``astra`` model's ordering nodes, needs every transfer
     at once and is not built here.)
 
@@ -502,7 +503,7 @@ def stream_rank_traces(form: TreeSchedule, size: int, comp_duration_us: int | No
     return metadata, ranks()
 
 
-def _et_metadata(schedule: Schedule | TreeSchedule, count: int, size: int, message: int, tag_base: int, slices: int,
+def _et_metadata(schedule: ScheduleForm, count: int, size: int, message: int, tag_base: int, slices: int,
                  window: int | None, extras: bool, local_copies: list[Transfer]) -> dict[str, Any]:
     """The metadata :func:`schedule_to_et` writes into every file (see :class:`EtProgram`) for a schedule of
     ``count`` transfers, ``local_copies`` of which get no node."""

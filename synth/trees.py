@@ -4,7 +4,7 @@ A spanning-tree schedule (``forest``) sends every chunk down, or reduces it up, 
 transfers it has one record per tree arc per chunk: 4.2 million records for an allgather on 2,048 gpus,
 16.8 million on 4,096. The trees form stores the trees and the chunks each one carries; its transfers
 follow from a fixed rule (below), so a reader can verify it and compute its link loads without building
-them (:func:`synth.verify.verify_trees`, :func:`synth.evaluate.tree_congestion`), and
+them (:func:`synth.verify.verify`, :func:`synth.evaluate.congestion`), and
 :meth:`TreeSchedule.expand` builds exactly those transfers when a command needs them.
 
 The file has the header of a schedule (``format``, ``collective``, ``root``, ``topology``,
@@ -44,11 +44,12 @@ collective's root). Every chunk is carried by exactly one tree per phase.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
@@ -60,6 +61,8 @@ from synth.schedule import (
     REDUCE,
     SHARDS_FORMAT,
     Schedule,
+    ScheduleForm,
+    SwitchOp,
     Transfer,
     _is_int,
     compact_header,
@@ -147,6 +150,11 @@ class TreeSchedule:
     topology_sha256: str | None = None
     _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    #: Transfers not held: made one at a time from the trees as they are read.
+    held: ClassVar[bool] = False
+    #: The trees form has no in-switch operations.
+    switch_ops: ClassVar[tuple[SwitchOp, ...]] = ()
+
     @property
     def kind(self) -> Kind:
         """The collective's kind."""
@@ -156,6 +164,25 @@ class TreeSchedule:
     def chunks(self) -> int:
         """Chunks per buffer (C)."""
         return self.collective.chunks
+
+    def require_point_to_point(self, what: str) -> None:
+        """Every transfer of the trees form is between ranks: nothing to refuse."""
+
+    def with_topology_source(self, topology_file: str | None, topology_sha256: str | None) -> TreeSchedule:
+        """This schedule, recording where its topology came from (a file path, its fingerprint)."""
+        return dataclasses.replace(self, topology_file=topology_file, topology_sha256=topology_sha256)
+
+    def link_chunks(self) -> dict[tuple[str, str], int]:
+        """Chunks crossing each directed link, from the trees (:func:`link_chunks`), as for the expansion."""
+        return link_chunks(self)
+
+    def check_storable(self, what: str) -> None:
+        """Refuse (:class:`~synth.errors.LimitError`) trees that would be refused when read back from a file:
+        over the tree-arc limit. ``what`` names the file for the message."""
+        from synth import limits
+
+        limits.check("max_tree_arcs", sum(tree.arcs for _, tree in self.trees()), f"the trees for {what}",
+                     hint="they would be refused when read back")
 
     def trees(self) -> Iterator[tuple[TreePhase, Tree]]:
         """Every (phase, tree) in order."""
@@ -186,7 +213,7 @@ class TreeSchedule:
         from synth import limits
 
         limits.check_transfers(self.num_transfers(), f"the trees form of {self.algorithm} {self.kind} on "
-                               f"{len(self.ranks)} gpus", hint="verify_trees and tree_congestion read the trees form as it is")
+                               f"{len(self.ranks)} gpus", hint="verify and congestion read the trees form as it is")
         return Schedule(self.collective, self.topology, self.ranks, self.algorithm, self.params,
                         tuple(self.iter_transfers()), self.topology_file, self.topology_sha256)
 
@@ -318,7 +345,7 @@ def is_tree_document(data: Any) -> bool:
     return isinstance(data, dict) and "trees" in data and "transfers" not in data
 
 
-def read_schedule(path: str | Path) -> Schedule | TreeSchedule:
+def read_schedule(path: str | Path) -> ScheduleForm:
     """A schedule file as it is stored: a :class:`~synth.schedule.Schedule`, or a :class:`TreeSchedule`
     when it has a ``trees`` body."""
     from synth import limits
@@ -417,3 +444,4 @@ def link_chunks(form: TreeSchedule) -> dict[tuple[str, str], int]:
             for hop in zip(path, path[1:], strict=False):
                 load[hop] = load.get(hop, 0) + count
     return load
+

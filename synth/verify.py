@@ -46,13 +46,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from synth.collectives import Collective
 from synth.errors import VerificationError
 from synth.graphs import smallest_first_order
-from synth.schedule import COPY, REDUCE, Schedule, Transfer
+from synth.schedule import COPY, REDUCE, Schedule, ScheduleForm, Transfer
 from synth.topology import Topology
-from synth.trees import TreeSchedule
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,26 @@ class VerifyReport:
     transfers: int
     depth: int
     max_chunks_on_a_link: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as ``synth verify --json`` prints them."""
+        return {"transfers": self.transfers, "depth": self.depth, "max_chunks_on_a_link": self.max_chunks_on_a_link}
+
+    def describe(self) -> str:
+        """The facts in words: ``12 transfers, dependency depth 3``."""
+        return f"{self.transfers} transfers, dependency depth {self.depth}"
+
+
+class Verified(Protocol):
+    """What every verifier's report offers, whichever form of schedule it proved
+    (:func:`synth.verify_trees.verify_any`)."""
+
+    @property
+    def transfers(self) -> int: ...
+    @property
+    def max_chunks_on_a_link(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def describe(self) -> str: ...
 
 
 def verify(schedule: Schedule, topology: Topology) -> VerifyReport:
@@ -90,7 +110,7 @@ def verify(schedule: Schedule, topology: Topology) -> VerifyReport:
     )
 
 
-def _check_ranks(schedule: Schedule | TreeSchedule, topology: Topology) -> None:
+def _check_ranks(schedule: ScheduleForm, topology: Topology) -> None:
     # a process group: the ranks are members, a subset of the fabric's gpus in any order (synth.groups)
     members = set(schedule.ranks)
     if len(schedule.ranks) != topology.num_ranks and not all(

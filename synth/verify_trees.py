@@ -29,15 +29,18 @@ Cost: linear in the arcs, in numpy (about a second per million arcs).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from synth.collectives import Kind
 from synth.errors import VerificationError
+from synth.schedule import Schedule, ScheduleForm
 from synth.topology import Topology
 from synth.trees import BROADCAST, PHASES_OF, Tree, TreeSchedule, link_chunks
-from synth.verify import _check_ranks
+from synth.verify import Verified, _check_ranks, verify
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,34 @@ class TreeVerifyReport:
     trees: int
     max_tree_depth: int
     max_chunks_on_a_link: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as ``synth verify --json`` prints them (``form``: ``trees``)."""
+        return {"form": "trees", "transfers": self.transfers, "trees": self.trees,
+                "max_tree_depth": self.max_tree_depth, "max_chunks_on_a_link": self.max_chunks_on_a_link}
+
+    def describe(self) -> str:
+        """The facts in words."""
+        return (f"trees form: {self.trees} trees, {self.transfers} transfers when expanded, deepest tree "
+                f"{self.max_tree_depth} arcs")
+
+
+@functools.singledispatch
+def verify_any(schedule: ScheduleForm, topology: Topology) -> Verified:
+    """Check a schedule in either form on ``topology``: the transfers form with the exact verifier
+    (:func:`synth.verify.verify`), the trees form on its trees (:func:`verify_trees`); return the report or
+    raise :class:`VerificationError`.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> from synth.algorithms.forest import forest_trees
+    >>> topo = load_topology("dgx1")
+    >>> form = forest_trees(topo, Kind.ALLGATHER)
+    >>> verify_any(form, topo).describe(), verify_any(form.expand(), topo).describe()
+    ('trees form: 48 trees, 336 transfers when expanded, deepest tree 5 arcs', '336 transfers, dependency depth 6')
+    """
+    raise TypeError(f"not a schedule: {type(schedule).__name__}")
 
 
 def verify_trees(form: TreeSchedule, topology: Topology) -> TreeVerifyReport:
@@ -106,6 +137,10 @@ def verify_trees(form: TreeSchedule, topology: Topology) -> TreeVerifyReport:
     return TreeVerifyReport(transfers=form.num_transfers(), trees=sum(len(p.trees) for p in form.phases),
                             max_tree_depth=depth, max_chunks_on_a_link=max(load.values(), default=0))
 
+
+
+verify_any.register(Schedule, verify)
+verify_any.register(TreeSchedule, verify_trees)
 
 def _check_path_table(form: TreeSchedule, topology: Topology) -> None:
     graph = topology.graph

@@ -233,7 +233,7 @@ def test_mcf_meets_the_bound_on_a_skewed_moe_dispatch():
 @pytest.mark.parametrize("spec", ["dgx-a100:boxes=2", "dgx-h100:boxes=2"])
 @pytest.mark.parametrize("zipf", [0.5, 1.5])
 def test_mcf_size_choice_reaches_98_percent_of_the_optimum(spec, zipf):
-    """The done-when of alltoallv (issue 44) at 1 GiB per gpu, top-2 of 8 experts per gpu: mcf with its
+    """alltoallv at 1 GiB per gpu, top-2 of 8 experts per gpu: mcf with its
     slice size chosen for the size reaches 98% of the exact optimum in the flow model, is never slower
     than the plan rule's slicing, and beats NCCL's grouped send/receive by 1.3x where the skew loads a NIC."""
     from synth.choose import synthesize as choose

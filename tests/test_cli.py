@@ -1,4 +1,4 @@
-"""The CLI of issue 2: topologies, show, generate, verify, evaluate, demo, --version; --json outputs parse
+"""The CLI: topologies, show, generate, verify, evaluate, demo, --version; --json outputs parse
 and carry the documented fields; user errors exit 2 with one line and no traceback."""
 
 from __future__ import annotations

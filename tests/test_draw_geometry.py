@@ -1,4 +1,4 @@
-"""Drawings of dimensioned systems (issue 16): laid out by coordinates, wrap-around links drawn as arcs that
+"""Drawings of dimensioned systems: laid out by coordinates, wrap-around links drawn as arcs that
 no node hides, every link drawn, a legend that names dimensions and wrap-around links. Geometry, not pixels."""
 
 from __future__ import annotations

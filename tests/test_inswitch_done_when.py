@@ -1,4 +1,4 @@
-"""Issue 42's "done when" checks that run in seconds: synth's best against the nccl row and NCCL's
+"""In-switch algorithms against what NCCL runs, the checks that take seconds: synth's best against the nccl row and NCCL's
 in-switch algorithms (the full sweep over systems and sizes is in bench/bench_inswitch.py)."""
 
 from __future__ import annotations

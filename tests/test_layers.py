@@ -220,3 +220,29 @@ def test_the_command_line_imports_no_numerical_library_before_a_command_runs() -
     probe = f"import sys, synth.cli; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "", f"importing synth.cli loads {loaded}"
+
+
+#: The modules that define the schedule's two forms; everything else uses the protocol both offer.
+FORM_MODULES = ("synth/schedule.py", "synth/trees.py")
+
+
+def test_consumers_never_ask_which_form_a_schedule_is_in() -> None:
+    """No ``isinstance(x, Schedule)`` or ``isinstance(x, TreeSchedule)`` outside the two form modules:
+    consumers take :class:`synth.schedule.ScheduleForm` and call what both forms offer (``held``,
+    ``expand``, ``iter_transfers``, ``link_chunks``, ...); judges pick the method per form by dispatch."""
+    forms = {"Schedule", "TreeSchedule"}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        if relative in FORM_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"
+                    and len(node.args) == 2):
+                continue
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            names = {kind.id if isinstance(kind, ast.Name) else kind.attr if isinstance(kind, ast.Attribute) else ""
+                     for kind in kinds}
+            if names & forms:
+                offenders.append(f"{relative}:{node.lineno}")
+    assert not offenders, "isinstance on the schedule's form outside its modules:\n" + "\n".join(offenders)

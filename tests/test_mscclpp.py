@@ -1,4 +1,4 @@
-"""MSCCL++ execution plans (issue 42 part 5): the plan's structure as the executor parses it, a symbolic
+"""MSCCL++ execution plans: the plan's structure as the executor parses it, a symbolic
 replay of the plan (every gpu's threadblocks run concurrently, semaphores count, multimem reads and writes
 the whole group) that must reach the collective's postcondition in any interleaving, determinism, the
 refusals, and ``synth export mscclpp``."""

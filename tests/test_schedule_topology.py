@@ -1,4 +1,4 @@
-"""Issue 14 D3: a schedule carries what it needs to find its topology (``topology_file``, relative to the
+"""A schedule carries what it needs to find its topology (``topology_file``, relative to the
 schedule, and ``topology_sha256``), so every command that loads a schedule works without ``--topology``,
 and a different topology (given, found at that path, or in the library) is refused, never silently used."""
 

@@ -1,4 +1,4 @@
-"""The topology file format and loader: every refusal of issue 2 names its field, YAML loads, parallel
+"""The topology file format and loader: every refusal names its field, YAML loads, parallel
 links add, and to_dict/from_dict (and the shipped-file writer) round-trip random topologies exactly."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_ranks_follow_gpu_order_in_file():
     assert topo.gpus == ("gpu1", "gpu0")
 
 
-# ------------------------------------------------------------------------- every refusal of issue 2
+# --------------------------------------------------------------------------------- every refusal
 def mutate(path: list[Any], value: Any) -> dict[str, Any]:
     document = copy.deepcopy(base_document())
     target: Any = document

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from synth.algorithms.forest import forest, forest_trees, plan
 from synth.collectives import Kind
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable, VerificationError
-from synth.evaluate import congestion, tree_congestion
+from synth.evaluate import congestion
 from synth.flow import simulate
 from synth.library import load_topology
 from synth.schedule import Schedule
@@ -40,7 +40,7 @@ def check_form(form: TreeSchedule, topo: Topology) -> Schedule:
     report = verify_trees(form, topo)
     assert report.transfers == exact.transfers
     assert report.max_chunks_on_a_link == exact.max_chunks_on_a_link
-    assert tree_congestion(form, topo) == congestion(expanded, topo)
+    assert congestion(form, topo) == congestion(expanded, topo)
     size = 64 * form.chunks * 1024
     assert simulate(form, topo, size) == simulate(expanded, topo, size)  # the flow model streams the trees form
     check_streamed_traces(form, expanded, size)
@@ -69,7 +69,7 @@ def test_the_expansion_is_forest_and_the_judges_agree(spec, kind):
     assert expanded.transfers == forest(topo, kind).transfers
     assert expanded.params == forest(topo, kind).params
     if kind != Kind.ALLREDUCE:  # one phase: the congestion time is the plan's exact time per byte
-        assert str(tree_congestion(form, topo).seconds_per_byte) == form.params["time_per_byte"]
+        assert str(congestion(form, topo).seconds_per_byte) == form.params["time_per_byte"]
 
 
 def test_options_reach_the_trees_form():

@@ -1,4 +1,4 @@
-"""The first hour of a new user (issue 16): ``python -m synth``, a fast ``--help``, size units and ranges,
+"""The first hour of a new user: ``python -m synth``, a fast ``--help``, size units and ranges,
 ``--csv``, ``catalog --check`` filters, one message on an interrupted sweep, outputs checked before work."""
 
 from __future__ import annotations

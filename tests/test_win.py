@@ -1,4 +1,4 @@
-"""Schedules that win against NCCL (issue 13): nccl as the baseline of compare, tune and demo, per-size
+"""Schedules that win against NCCL: nccl as the baseline of compare, tune and demo, per-size
 synthesis of size-sensitive algorithms, a tuner never slower than nccl, the registry's algorithm facts."""
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from synth.astra.network import Network, astra_network, network_for, physical_network, smallest_message
 from synth.astra.order import DELAY_PREFIX, ORDER_ATTR, ORDER_PREFIX, sequence_sends
@@ -78,11 +78,8 @@ from synth.astra.system import (
 )
 from synth.errors import InputError, LimitError, SynthError
 from synth.plan import Plan
-from synth.schedule import Schedule
+from synth.schedule import Schedule, ScheduleForm
 from synth.topology import Topology
-
-if TYPE_CHECKING:
-    from synth.trees import TreeSchedule
 
 __all__ = [
     "DELAY_PREFIX", "ORDER_ATTR", "ORDER_PREFIX", "AstraDim", "AstraSystem", "Lowered", "Network", "SimulationResult",
@@ -133,13 +130,13 @@ def lower(schedule: Schedule, topology: Topology, size: int, comp_duration_us: i
     return Lowered(program, result, network, system)
 
 
-def check_message_size(schedule: Schedule | TreeSchedule, topology: Topology, size: int, slices: int = 1) -> None:
+def check_message_size(schedule: ScheduleForm, topology: Topology, size: int, slices: int = 1) -> None:
     """Refuse (LimitError) a size whose messages take under 1 ns on a network ASTRA-sim describes
     (:func:`smallest_message`): ASTRA-sim aborts on them. Nothing to check where it describes none."""
     _check_message(astra_system(topology)[0], topology, schedule, size, slices)
 
 
-def _check_message(system: AstraSystem | None, topology: Topology, schedule: Schedule | TreeSchedule, size: int,
+def _check_message(system: AstraSystem | None, topology: Topology, schedule: ScheduleForm, size: int,
                    slices: int) -> None:
     from synth.trace import chunk_bytes, slice_sizes
 

@@ -37,7 +37,6 @@ from synth.cli.common import (
     table,
     topology_argument,
     verify_file,
-    verify_trees_file,
     write_schedule,
 )
 from synth.collectives import Kind, parse_kind
@@ -46,7 +45,6 @@ from synth.units import format_size
 
 if TYPE_CHECKING:
     from synth.topology import Topology
-    from synth.trees import TreeSchedule
 
 
 def register(app: typer.Typer) -> None:
@@ -236,34 +234,13 @@ def verify_command(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check a schedule exactly: paths, ordering, races, double reductions, postconditions."""
-    from synth.trees import TreeSchedule
-
     stored = load_stored_schedule(schedule_file)
     topo = schedule_topology(stored, topology, schedule_file)
-    if isinstance(stored, TreeSchedule):
-        _verify_trees_file(stored, topo, schedule_file, as_json)
-        return
-    schedule = stored
-    report = verify_file(schedule, topo, schedule_file)
+    report = verify_file(stored, topo, schedule_file)  # the trees form is proved on its trees
     if as_json:
-        print_json({"ok": True, "transfers": report.transfers, "depth": report.depth,
-                    "max_chunks_on_a_link": report.max_chunks_on_a_link})
+        print_json({"ok": True, **report.to_dict()})
         return
-    console.print(f"OK: {shown(schedule_file)} is a correct {schedule.kind} on {shown(topo.name)} "
-                  f"({report.transfers} transfers, dependency depth {report.depth})")
-
-
-def _verify_trees_file(form: TreeSchedule, topo: Topology, path: str, as_json: bool | None) -> None:
-    """Verify a trees-form file on its trees; print the result unless ``as_json`` is None."""
-    report = verify_trees_file(form, topo, path)
-    if as_json is None:
-        return
-    if as_json:
-        print_json({"ok": True, "form": "trees", "transfers": report.transfers, "trees": report.trees,
-                    "max_tree_depth": report.max_tree_depth, "max_chunks_on_a_link": report.max_chunks_on_a_link})
-        return
-    console.print(f"OK: {shown(path)} is a correct {form.kind} on {shown(topo.name)} (trees form: {report.trees} "
-                  f"trees, {report.transfers} transfers when expanded, deepest tree {report.max_tree_depth} arcs)")
+    console.print(f"OK: {shown(schedule_file)} is a correct {stored.kind} on {shown(topo.name)} ({report.describe()})")
 
 
 def evaluate_command(
@@ -282,16 +259,12 @@ def evaluate_command(
     ran under, per size."""
     from synth.collectives import Kind
     from synth.compare import lower_bound
-    from synth.evaluate import congestion, evaluate_sizes, tree_congestion
-    from synth.trees import TreeSchedule
+    from synth.evaluate import congestion, evaluate_sizes
 
     options = plan_options(protocol, slice_bytes, slices, window)
     schedule = load_stored_schedule(schedule_file)  # the trees form streams through the flow model
     topo = schedule_topology(schedule, topology, schedule_file)
-    if isinstance(schedule, TreeSchedule):
-        _verify_trees_file(schedule, topo, schedule_file, None)
-    else:
-        verify_file(schedule, topo, schedule_file)
+    verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])
     results = evaluate_sizes(schedule, topo, sizes, model=model, options=options)
     collective = getattr(schedule, "collective", None)
@@ -303,7 +276,7 @@ def evaluate_command(
                      "percent_of_bound": None if bound is None or not 0 < r.time_s < float("inf")
                      else 100.0 * bound.time(r.size) / r.time_s} for r in results])
         return
-    report = tree_congestion(schedule, topo) if isinstance(schedule, TreeSchedule) else congestion(schedule, topo)
+    report = congestion(schedule, topo)
     rows = [[format_size(r.size), fmt_time(r.time_s), f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}",
              fmt_time(r.congestion_time_s), _percent_of(bound, r.size, r.time_s), r.plan.describe()] for r in results]
     console.print(table(f"{schedule.algorithm} {_kind_text(schedule)} on {topo.name} ({model} model)",

@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import typer
 from rich.console import Console
@@ -17,9 +17,9 @@ from synth.errors import InputError
 from synth.units import parse_size
 
 if TYPE_CHECKING:  # the CLI imports the model where a command needs it, so `synth --help` stays fast
-    from synth.schedule import Schedule
+    from synth.schedule import Schedule, ScheduleForm
     from synth.topology import Topology
-    from synth.trees import TreeSchedule
+    from synth.verify import Verified, VerifyReport
 
 #: ``--csv`` given: tables go to stdout as CSV and everything else the command prints goes to stderr.
 CSV_MODE = {"on": False}
@@ -198,34 +198,29 @@ def output_file(path: str, option: str = "--output", inputs: Sequence[str | None
 def load_schedule(path: str) -> Schedule:
     """Load a schedule file named on the command line; a trees-form file (:mod:`synth.trees`) is
     expanded into its transfers (refused, with a clear message, over the ``max_transfers`` limit)."""
-    from synth.trees import TreeSchedule
+    from synth import limits
 
-    stored = load_stored_schedule(path)
-    if isinstance(stored, TreeSchedule):
-        from synth import limits
-
-        transfers, allowed = stored.num_transfers(), int(limits.limit_value("max_transfers"))
-        if transfers > allowed:
-            raise InputError(path, "trees", f"the trees form expands to {transfers:,} transfers, over the limit of "
-                             f"{allowed:,} (SYNTH_MAX_TRANSFERS), and this command needs the transfers; `synth verify` "
-                             "reads the trees form as it is")
-        return stored.expand()
-    return stored
+    stored = load_stored_schedule(path)  # a transfers-form file over the limit is refused as it is read
+    transfers, allowed = stored.num_transfers(), int(limits.limit_value("max_transfers"))
+    if transfers > allowed:
+        raise InputError(path, "trees", f"the trees form expands to {transfers:,} transfers, over the limit of "
+                         f"{allowed:,} (SYNTH_MAX_TRANSFERS), and this command needs the transfers; `synth verify` "
+                         "reads the trees form as it is")
+    return stored.expand()
 
 
-def load_streamable_schedule(path: str) -> Schedule | TreeSchedule:
+def load_streamable_schedule(path: str) -> ScheduleForm:
     """:func:`load_schedule` for a command that can stream the trees form: a trees-form file over the
     ``max_transfers`` limit comes back as it is, any other expanded into its transfers."""
     from synth import limits
-    from synth.trees import TreeSchedule
 
     stored = load_stored_schedule(path)
-    if isinstance(stored, TreeSchedule) and stored.num_transfers() > int(limits.limit_value("max_transfers")):
-        return stored
-    return stored.expand() if isinstance(stored, TreeSchedule) else stored
+    if stored.num_transfers() > int(limits.limit_value("max_transfers")):
+        return stored  # only the trees form can be over the limit here: it streams
+    return stored.expand()
 
 
-def load_stored_schedule(path: str) -> Schedule | TreeSchedule:
+def load_stored_schedule(path: str) -> ScheduleForm:
     """Load a schedule file as it is stored: transfers, or the trees form."""
     from synth.trees import read_schedule
 
@@ -242,7 +237,7 @@ def group_argument(topology: Topology, group: str | None) -> Topology:
     return topology if group is None else group_view(topology, parse_group(topology, group))
 
 
-def schedule_group(schedule: Schedule | TreeSchedule, topology: Topology, path: str) -> Topology:
+def schedule_group(schedule: ScheduleForm, topology: Topology, path: str) -> Topology:
     """``topology`` viewed as the schedule's process group when its ranks are some of its gpus
     (``topology`` itself when they are every gpu, in any order)."""
     from synth.groups import check_group, group_view
@@ -254,7 +249,7 @@ def schedule_group(schedule: Schedule | TreeSchedule, topology: Topology, path: 
     return group_view(topology, check_group(topology, ranks, path, "ranks"))
 
 
-def check_made_for(schedule: Schedule | TreeSchedule, topology: Topology, path: str, where: str) -> Topology:
+def check_made_for(schedule: ScheduleForm, topology: Topology, path: str, where: str) -> Topology:
     """``topology`` if the schedule was made for it (same fingerprint, when the schedule records one);
     otherwise refuse, naming where the topology came from."""
     from synth.topology import fingerprint
@@ -270,7 +265,7 @@ def check_made_for(schedule: Schedule | TreeSchedule, topology: Topology, path: 
     return topology
 
 
-def schedule_topology(schedule: Schedule | TreeSchedule, spec: str | None, path: str) -> Topology:
+def schedule_topology(schedule: ScheduleForm, spec: str | None, path: str) -> Topology:
     """The topology to judge a schedule on, never a different one than it was made for.
 
     ``--topology`` if given; else the topology file the schedule records (``topology_file``, relative to the
@@ -312,15 +307,14 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def write_schedule(schedule: Schedule | TreeSchedule, topology: Topology, spec: str | None, output: str,
-                   inputs: Sequence[str | None] | None = None) -> Schedule | TreeSchedule:
+def write_schedule(schedule: ScheduleForm, topology: Topology, spec: str | None, output: str,
+                   inputs: Sequence[str | None] | None = None) -> ScheduleForm:
     """Write ``schedule`` to ``output`` atomically, recording where its topology came from (the file,
     relative to the output's folder, and the topology's fingerprint) so later commands find it again.
 
     Refuses a file over the schedule file limit, which every loader of schedules applies: synth never
     writes a schedule it would refuse to read.
     """
-    import dataclasses
     import os
 
     from synth import limits
@@ -337,15 +331,8 @@ def write_schedule(schedule: Schedule | TreeSchedule, topology: Topology, spec: 
             source = str(topology_path)
         if len(source) > len(str(topology_path)):
             source = str(topology_path)
-    schedule = dataclasses.replace(schedule, topology_file=source, topology_sha256=fingerprint(topology))
-    from synth.trees import TreeSchedule
-
-    if isinstance(schedule, TreeSchedule):
-        limits.check("max_tree_arcs", sum(tree.arcs for _, tree in schedule.trees()), f"the trees for {output!r}",
-                     hint="they would be refused when read back")
-    else:
-        limits.check_transfers(len(schedule.transfers), f"the schedule for {output!r}",
-                               hint="it would be refused when read back")
+    schedule = schedule.with_topology_source(source, fingerprint(topology))
+    schedule.check_storable(repr(output))
     text = schedule.to_json()
     limits.check("max_schedule_bytes", len(text.encode("utf-8")), f"the schedule file {output!r}",
                  hint="it would be refused when read back; use fewer chunks or a smaller topology")
@@ -353,24 +340,17 @@ def write_schedule(schedule: Schedule | TreeSchedule, topology: Topology, spec: 
     return schedule
 
 
-def verify_trees_file(form: TreeSchedule, topology: Topology, path: str) -> Any:
-    """Verify a trees-form schedule read from ``path`` on its trees; a failure names the file."""
+@overload
+def verify_file(schedule: Schedule, topology: Topology, path: str) -> VerifyReport: ...
+@overload
+def verify_file(schedule: ScheduleForm, topology: Topology, path: str) -> Verified: ...
+def verify_file(schedule: ScheduleForm, topology: Topology, path: str) -> Verified:
+    """Verify a schedule in either form read from (or imported out of) ``path``; a failure names the file."""
     from synth.errors import VerificationError
-    from synth.verify_trees import verify_trees
+    from synth.verify_trees import verify_any
 
     try:
-        return verify_trees(form, topology)
-    except VerificationError as error:
-        raise VerificationError(f"{path}: {error}") from None
-
-
-def verify_file(schedule: Schedule, topology: Topology, path: str) -> Any:
-    """Verify a schedule read from (or imported out of) ``path``; a failure names the file."""
-    from synth.errors import VerificationError
-    from synth.verify import verify
-
-    try:
-        return verify(schedule, topology)
+        return verify_any(schedule, topology)
     except VerificationError as error:
         raise VerificationError(f"{path}: {error}", error.transfer) from None
 

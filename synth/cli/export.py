@@ -25,7 +25,6 @@ from synth.cli.common import (
     sizes_argument,
     table,
     verify_file,
-    verify_trees_file,
     write_schedule,
 )
 from synth.errors import InputError
@@ -34,6 +33,7 @@ from synth.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from synth.evaluate import Evaluation
+    from synth.schedule import Schedule
     from synth.topology import Topology
 
 export_app = typer.Typer(name="export", help="Write a schedule in a format another tool runs (ASTRA-sim, MSCCL, MSCCL++).",
@@ -87,16 +87,12 @@ def export_chakra_command(
     """Write Chakra ETs plus the workload, system, network and memory configs and run_astrasim.sh."""
     from synth.export.chakra import SIGNATURE, export_chakra
     from synth.fileio import check_output_folder
-    from synth.schedule import Schedule
 
     check_output_folder(output, inputs=[schedule_file, topology] if topology else [schedule_file],
                         signature=SIGNATURE, kind="`synth export chakra` output")
     schedule = load_streamable_schedule(schedule_file)
     topo = schedule_topology(schedule, topology, schedule_file)
-    if isinstance(schedule, Schedule):
-        verify_file(schedule, topo, schedule_file)
-    else:
-        verify_trees_file(schedule, topo, schedule_file)
+    verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB"])
     report = export_chakra(schedule, topo, sizes, output, comp_duration_us, name, tag_base, slices, window)
     if as_json:
@@ -300,10 +296,7 @@ def import_msccl_command(
     _imported(output, schedule, topo, report.depth, as_json)
 
 
-def _imported(output: str, schedule: object, topo: Topology, depth: int, as_json: bool) -> None:
-    from synth.schedule import Schedule
-
-    assert isinstance(schedule, Schedule)
+def _imported(output: str, schedule: Schedule, topo: Topology, depth: int, as_json: bool) -> None:
     if as_json:
         print_json({"output": output, "collective": schedule.kind.value, "chunks": schedule.chunks,
                     "transfers": len(schedule.transfers), "depth": depth, "topology": schedule.topology})

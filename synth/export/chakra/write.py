@@ -16,7 +16,7 @@ from synth.fileio import atomic_directory
 from synth.groups import fabric_gpus, fabric_of
 from synth.proto import et_def
 from synth.proto.et_def import CollectiveCommType
-from synth.schedule import Schedule
+from synth.schedule import ScheduleForm
 from synth.topology import Topology
 from synth.trace import (
     EtNode,
@@ -28,7 +28,6 @@ from synth.trace import (
     stream_rank_traces,
     workload_bytes,
 )
-from synth.trees import TreeSchedule
 from synth.units import format_size
 
 CUSTOM_SLOT = {
@@ -117,7 +116,7 @@ def process_group(topology: Topology, notes: list[str] | None = None, whole_fabr
     return group
 
 
-def default_name(schedule: Schedule | TreeSchedule) -> str:
+def default_name(schedule: ScheduleForm) -> str:
     """The trace prefix used when none is given: ``<algorithm>_<collective>`` in safe characters."""
     raw = f"{schedule.algorithm}_{schedule.kind.value}"
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in raw) or "schedule"
@@ -130,7 +129,7 @@ def system_json(kind: Kind, prefix: str) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: Iterable[int], out_dir: str | Path,
+def export_chakra(schedule: ScheduleForm, topology: Topology, sizes: Iterable[int], out_dir: str | Path,
                   comp_duration_us: int | None = None, name: str | None = None, tag_base: int = 0,
                   slices: int = 1, window: int | None = None) -> ChakraExport:
     """Write the ASTRA-sim run folder for ``schedule`` at every size (see the module docstring).
@@ -160,8 +159,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
     """
     from synth.astra import lower
 
-    if isinstance(schedule, Schedule):  # before anything is written
-        schedule.require_point_to_point("Chakra export (ASTRA-sim traces)")
+    schedule.require_point_to_point("Chakra export (ASTRA-sim traces)")  # before anything is written
     sizes = list(dict.fromkeys(sizes))
     if not sizes:
         raise InputError("", "sizes", "give at least one message size")
@@ -179,7 +177,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
     workload_ranks = len(fabric_gpus(topology)) if whole_fabric else topology.num_ranks
     comm_type = CollectiveCommType.ALL_REDUCE if kind not in CUSTOM_SLOT else None
     dims = len(system.dims) if system is not None else 1
-    if isinstance(schedule, TreeSchedule):
+    if not schedule.held:  # the trees form: traces streamed rank by rank
         for size in sizes:
             check_message_size(schedule, topology, size, slices)
         notes.append(f"The schedule is in the trees form ({schedule.num_transfers():,} transfers): its traces were "
@@ -188,7 +186,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
                      "and where sends that share a link are ready together, ASTRA-sim's issue order decides.")
         lowered = []
     else:
-        lowered = [lower(schedule, topology, size, comp_duration_us, tag_base, True, slices, window) for size in sizes]
+        lowered = [lower(schedule.expand(), topology, size, comp_duration_us, tag_base, True, slices, window) for size in sizes]
     sets: list[EtSet] = []
     several = len(sizes) > 1
     out = Path(out_dir)
@@ -199,7 +197,7 @@ def export_chakra(schedule: Schedule | TreeSchedule, topology: Topology, sizes: 
             folder.mkdir(exist_ok=True)
             _write_workloads(folder, kind, size, dims, comm_type, group, workload_ranks)
             (folder / "system.json").write_text(system_json(kind, name), encoding="utf-8")
-            if isinstance(schedule, TreeSchedule):
+            if not schedule.held:
                 counts = _write_streamed(schedule, size, folder, name, comp_duration_us, tag_base, slices, window)
                 sets.append(EtSet(size, sub or ".", name, counts, None, 0))
                 continue
@@ -302,7 +300,7 @@ def _system_and_notes(topology: Topology, kind: Kind) -> tuple[AstraSystem | Non
     return system, warnings, notes
 
 
-def _write_streamed(form: TreeSchedule, size: int, folder: Path, name: str, comp_duration_us: int | None,
+def _write_streamed(form: ScheduleForm, size: int, folder: Path, name: str, comp_duration_us: int | None,
                     tag_base: int, slices: int, window: int | None) -> dict[str, int]:
     """Write ``form``'s traces at ``size`` into ``folder`` rank by rank; return the node counts by type."""
     metadata, ranks = stream_rank_traces(form, size, comp_duration_us, tag_base, True, slices, window)
@@ -385,10 +383,10 @@ def run_script(sets: list[EtSet], system: AstraSystem | None, several: bool, up:
     return "\n".join(lines) + "\n", first
 
 
-def note_text(schedule: Schedule | TreeSchedule, topology: Topology, system: AstraSystem | None, messages: list[str],
+def note_text(schedule: ScheduleForm, topology: Topology, system: AstraSystem | None, messages: list[str],
               sets: list[EtSet], slices: int = 1, window: int | None = None) -> str:
     """NOTE.txt: what was exported and anything the user must know before running it."""
-    count = schedule.num_transfers() if isinstance(schedule, TreeSchedule) else len(schedule.transfers)
+    count = schedule.num_transfers()
     lines = [f"{schedule.algorithm} {schedule.kind} on {topology.name} ({topology.num_ranks} ranks, "
              f"{schedule.chunks} chunks, {count} transfers), exported by synth."]
     if slices > 1:
