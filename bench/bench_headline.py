@@ -1,4 +1,5 @@
-"""The README's headline table: the tuned allreduce against ``nccl`` (what NCCL 2.16 would run) per size.
+"""The README's headline table: the tuned allreduce against ``nccl`` (what NCCL runs: its current release,
+:data:`synth.algorithms.nccl.DEFAULT_VERSION`, with NVLS and NVLS-Tree where the fabric has NVLink SHARP) per size.
 
 For each system (2 x DGX A100, 2 x DGX H100, 2 x MI250, 2 x NDv2 and a 4x4 TPU v4 slice) and each size,
 :func:`synth.tune.tune` tries every registered algorithm but the slow solver (``milp``), the size-sensitive
@@ -21,6 +22,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import Table  # noqa: E402
+from synth.algorithms.nccl import DEFAULT_VERSION, RELEASES  # noqa: E402
 from synth.collectives import Kind  # noqa: E402
 from synth.library import load_topology  # noqa: E402
 from synth.tune import tune  # noqa: E402
@@ -37,7 +39,7 @@ QUICK_SIZES = [2**10, 2**20]
 def run(quick: bool) -> list[Table]:
     """One table: per system and size, the tuned allreduce, nccl's time and the margin."""
     sizes = QUICK_SIZES if quick else SIZES + (LARGE_SIZES if os.environ.get("SYNTH_HEADLINE_LARGE") else [])
-    table = Table("headline", "Tuned allreduce vs nccl (NCCL 2.16's choice), flow model",
+    table = Table("headline", f"Tuned allreduce vs nccl (NCCL {RELEASES[DEFAULT_VERSION]}'s choice), flow model",
                   ["system", "gpus", "size B", "tuned choice", "tuned us", "nccl us", "margin x", "% of bound"])
     seconds = []
     for spec in SYSTEMS:

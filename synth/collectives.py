@@ -317,6 +317,26 @@ class Collective:
         return 1.0
 
 
+def min_transfers(kind: Kind, num_ranks: int, chunks: int) -> int:
+    """A lower bound on the transfers of any schedule for the collective (one transfer moves one chunk
+    to one rank): every rank but one must receive (or, for reduce, send) each chunk it needs at least once.
+
+    Examples
+    --------
+    >>> min_transfers(Kind.ALLGATHER, 8, 8), min_transfers(Kind.ALLREDUCE, 8, 8)
+    (56, 112)
+    """
+    n = num_ranks
+    if kind == Kind.ALLTOALLV:  # chunks is the demand's total; each chunk moves at least once
+        return chunks
+    if kind == Kind.ALLREDUCE:
+        return 2 * (n - 1) * chunks
+    if kind in (Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCE):
+        return (n - 1) * chunks
+    # reducescatter: every chunk needs N-1 contributions moved; alltoall: (N-1)/N of N*C chunks move
+    return (n - 1) * chunks
+
+
 def check_demand(demand: object, source: str = "", field: str = "demand") -> tuple[tuple[int, ...], ...]:
     """A chunk-count matrix validated (square, at least 2 x 2, whole numbers >= 0, zero diagonal, not all
     zero) and returned as a tuple of tuples; an :class:`InputError` naming ``field`` otherwise."""

@@ -146,8 +146,8 @@ class Demand:
     @classmethod
     def from_file(cls, path: str | Path) -> Demand:
         """Read a demand file (JSON or YAML, with the size and syntax checks of
-        :func:`synth.topology.read_document`)."""
-        from synth.topology import read_document
+        :func:`synth.documents.read_document`)."""
+        from synth.documents import read_document
 
         return cls.from_dict(read_document(path), str(path))
 

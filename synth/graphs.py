@@ -1,4 +1,4 @@
-"""Small graph routines every layer shares (the topology layer's basics): one deterministic topological order.
+"""Small graph routines every layer shares (the basics layer): one deterministic topological order.
 
 Examples
 --------

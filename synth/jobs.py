@@ -153,8 +153,8 @@ class Job:
 
 def load_job(path: str | Path, topology: Topology) -> Job:
     """Read a ``synth.job/1`` file (JSON or YAML, with the size and syntax checks of
-    :func:`synth.topology.read_document`) for ``topology``."""
-    from synth.topology import read_document
+    :func:`synth.documents.read_document`) for ``topology``."""
+    from synth.documents import read_document
 
     return Job.from_dict(read_document(path), topology, str(path), Path(path).parent)
 

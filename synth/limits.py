@@ -64,7 +64,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from synth.collectives import Kind
 from synth.errors import InputError, LimitError, ascii_digits
 
 
@@ -303,26 +302,6 @@ def solver_time_limit(requested: float | None = None, default: float | None = No
     if requested > ceiling:
         raise InputError("", "time_limit", f"expected at most {_count(ceiling)} seconds, got {requested!r}")
     return float(requested)
-
-
-def min_transfers(kind: Kind, num_ranks: int, chunks: int) -> int:
-    """A lower bound on the transfers of any schedule for the collective (one transfer moves one chunk
-    to one rank): every rank but one must receive (or, for reduce, send) each chunk it needs at least once.
-
-    Examples
-    --------
-    >>> min_transfers(Kind.ALLGATHER, 8, 8), min_transfers(Kind.ALLREDUCE, 8, 8)
-    (56, 112)
-    """
-    n = num_ranks
-    if kind == Kind.ALLTOALLV:  # chunks is the demand's total; each chunk moves at least once
-        return chunks
-    if kind == Kind.ALLREDUCE:
-        return 2 * (n - 1) * chunks
-    if kind in (Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCE):
-        return (n - 1) * chunks
-    # reducescatter: every chunk needs N-1 contributions moved; alltoall: (N-1)/N of N*C chunks move
-    return (n - 1) * chunks
 
 
 def _count(number: float) -> str:

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol, Self
 
-from synth.collectives import Collective, Kind, check_demand, check_shards, parse_kind
+from synth.collectives import Collective, Kind, check_demand, check_shards, min_transfers, parse_kind
+from synth.documents import read_document
 from synth.errors import InputError, excerpt
-from synth.topology import read_document
 
 FORMAT = "synth.schedule/2"
 #: The format of a schedule with in-switch operations (``switch_ops``); ``/2`` files are ``/3`` files without.
@@ -411,7 +411,7 @@ class Schedule:
     @classmethod
     def from_json(cls, text: str, source: str = "") -> Schedule:
         """Parse JSON text in the ``synth.schedule/2`` (or ``/1``) format."""
-        from synth.topology import parse_json
+        from synth.documents import parse_json
 
         return cls.from_dict(parse_json(text, source), source)
 
@@ -530,14 +530,14 @@ def _check_size(collective: Collective, transfers: int, source: str) -> None:
     """Refuse, before building anything, a schedule over the transfer limit, or one whose declared size
     implies far more work than its transfers could do (a 1 KB file claiming 10^12 chunks). Checking a
     schedule costs about ranks x chunk ids plus its transfers; every correct schedule has at least
-    :func:`synth.limits.min_transfers` >= ranks x chunk ids / 2 transfers, so a declared size beyond twice
+    :func:`synth.collectives.min_transfers` >= ranks x chunk ids / 2 transfers, so a declared size beyond twice
     the transfers (plus a margin for small wrong schedules, which the verifier explains) cannot be right."""
     from synth import limits
 
     limits.check_transfers(transfers, f"the schedule in {source or 'the input'}", hint="")
     cells = collective.num_ranks * collective.chunks if collective.demand is None else collective.chunks
     if cells > 2 * transfers + 1_000_000:
-        least = limits.min_transfers(collective.kind, collective.num_ranks, collective.chunks)
+        least = min_transfers(collective.kind, collective.num_ranks, collective.chunks)
         raise InputError(source, "chunks", f"{collective.chunks:,} chunks on {collective.num_ranks} ranks need at "
                          f"least {least:,} transfers for a {collective.kind}, the schedule has {transfers:,}")
 

@@ -54,6 +54,7 @@ from typing import Any, ClassVar, Final, Literal
 import numpy as np
 
 from synth.collectives import Collective, Kind
+from synth.documents import read_document
 from synth.errors import InputError, excerpt
 from synth.schedule import (
     COPY,
@@ -69,7 +70,6 @@ from synth.schedule import (
     header_dict,
     read_header,
 )
-from synth.topology import read_document
 
 BROADCAST: Final = "broadcast"
 #: The phase ops, in the order a schedule may hold them.
@@ -278,7 +278,7 @@ class TreeSchedule:
     @classmethod
     def from_json(cls, text: str, source: str = "") -> TreeSchedule:
         """Parse JSON text of a schedule with a ``trees`` body."""
-        from synth.topology import parse_json
+        from synth.documents import parse_json
 
         return cls.from_dict(parse_json(text, source), source)
 

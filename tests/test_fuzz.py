@@ -16,10 +16,9 @@ from strategies import topologies, topology_documents
 
 from synth import Schedule, Topology, load_topology, synthesize, verify
 from synth.algorithms import REGISTRY
-from synth.collectives import ROOTED, Kind
+from synth.collectives import ROOTED, Kind, min_transfers
+from synth.documents import parse_json, parse_yaml
 from synth.errors import InputError, NotApplicable, SynthError
-from synth.limits import min_transfers
-from synth.topology import parse_json, parse_yaml
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 

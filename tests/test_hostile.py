@@ -17,6 +17,7 @@ import pytest
 from helpers import SYNTH, assert_refused, run_cli
 
 from synth import limits, load_topology, synthesize
+from synth.collectives import min_transfers
 from synth.errors import InputError, LimitError
 from synth.schedule import Schedule, Transfer
 
@@ -524,7 +525,7 @@ def test_verify_step_budget_stops_a_tangled_schedule(monkeypatch):
 def test_the_transfer_cap_holds_on_what_is_built(cli, tmp_path, monkeypatch):
     topology = load_topology("switch:n=16")
     built = len(synthesize(topology, "alltoall", "bruck").transfers)
-    estimate = limits.min_transfers(synthesize(topology, "alltoall", "bruck").kind, 16, 16)
+    estimate = min_transfers(synthesize(topology, "alltoall", "bruck").kind, 16, 16)
     assert estimate < built
     monkeypatch.setenv("SYNTH_MAX_TRANSFERS", str((estimate + built) // 2))
     line = refused(cli("generate", "switch:n=16", "-c", "alltoall", "-a", "bruck", "-o", "s.json"), "bruck",
@@ -737,7 +738,7 @@ def test_sweep_workers_are_bounded(cli, tmp_path):
 # ----------------------------------------------------------------------------------- the parsers directly
 @pytest.mark.parametrize("text", ["[" * 100 + "]" * 100, '{"a": ' * 70 + "1" + "}" * 70])
 def test_json_nesting_over_the_limit(text):
-    from synth.topology import parse_json
+    from synth.documents import parse_json
 
     with pytest.raises(InputError, match="nesting is too deep"):
         parse_json(text, "deep.json")
@@ -756,7 +757,7 @@ def test_large_yaml_is_refused_before_parsing(cli, tmp_path):
 
 
 def test_yaml_aliases_expanding_past_the_limit():
-    from synth.topology import parse_yaml
+    from synth.documents import parse_yaml
 
     levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
     for index, name in enumerate("bcdefg"):

@@ -3,7 +3,11 @@
 ``make lint`` runs this file, so a new import against the arrows fails CI. Layers, lowest first (a layer may
 import its own modules and the layers it lists in :data:`MAY_IMPORT`, nothing else):
 
-- ``topology``: the machine model and what every layer shares (files, routing, bounds, units, errors, limits);
+- ``basics``: what every layer shares and nothing in synth it needs: errors, limits, units, the one
+  topological order, files written atomically and documents read with limits;
+- ``model``: the machine model and what is asked of it: collectives, the topology and its library, demands;
+- ``routing``: what follows from the model: routes and relays, process groups, cuts and the bounds, jobs'
+  joint bound;
 - ``schedule``: the schedule IR that algorithms build and everything downstream reads;
 - ``simulation``: the execution plan and the flow simulator (algorithms use it as their yardstick);
 - ``algorithms`` and ``judges`` (evaluator, verifier, trace lowering, ASTRA-sim model, explanations):
@@ -30,11 +34,12 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 #: Layer -> modules; a package name covers its submodules unless a longer name is listed elsewhere.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "topology": ("synth.errors", "synth.limits", "synth.units", "synth.graphs", "synth.fileio", "synth.collectives",
-                 "synth.demand", "synth.jobs", "synth.topology", "synth.library", "synth.routing", "synth.groups", "synth.cuts", "synth.bounds", "synth.sketch",
-                 "synth.proto"),
+    "basics": ("synth.errors", "synth.limits", "synth.units", "synth.graphs", "synth.fileio", "synth.documents"),
+    "model": ("synth.collectives", "synth.topology", "synth.library", "synth.demand"),
+    "routing": ("synth.routing", "synth.groups", "synth.cuts", "synth.bounds", "synth.jobs"),
     "schedule": ("synth.schedule", "synth.trees", "synth.rank_deps"),
-    "simulation": ("synth.plan", "synth.flow", "synth.flow_reference", "synth.flow_kernels", "synth.evaluate", "synth.trace", "synth.astra"),
+    "simulation": ("synth.plan", "synth.flow", "synth.flow_reference", "synth.flow_kernels", "synth.evaluate", "synth.trace",
+                   "synth.astra", "synth.proto"),
     "algorithms": ("synth.algorithms",),
     "judges": ("synth.verify", "synth.verify_trees", "synth.explain"),
     "selection": ("synth.choose",),
@@ -42,15 +47,20 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "faces": ("synth", "synth.cli", "synth.compare", "synth.tune", "synth.sweep", "synth.catalog", "synth.draw"),
 }
 
+#: The three bottom layers, which every layer above may import.
+BOTTOM = frozenset({"basics", "model", "routing"})
+
 #: The allowed arrows: layer -> the layers its modules may import (besides its own).
 MAY_IMPORT: dict[str, frozenset[str]] = {
-    "topology": frozenset(),
-    "schedule": frozenset({"topology"}),
-    "simulation": frozenset({"topology", "schedule"}),
-    "algorithms": frozenset({"topology", "schedule", "simulation"}),
-    "judges": frozenset({"topology", "schedule", "simulation"}),
-    "selection": frozenset({"topology", "schedule", "simulation", "algorithms", "judges"}),
-    "exporters": frozenset({"topology", "schedule", "simulation", "judges"}),
+    "basics": frozenset(),
+    "model": frozenset({"basics"}),
+    "routing": frozenset({"basics", "model"}),
+    "schedule": BOTTOM,
+    "simulation": BOTTOM | {"schedule"},
+    "algorithms": BOTTOM | {"schedule", "simulation"},
+    "judges": BOTTOM | {"schedule", "simulation"},
+    "selection": BOTTOM | {"schedule", "simulation", "algorithms", "judges"},
+    "exporters": BOTTOM | {"schedule", "simulation", "judges"},
     "faces": frozenset(LAYERS) - {"faces"},
 }
 
@@ -159,7 +169,7 @@ def test_checker_sees_lazy_and_relative_imports() -> None:
               "    if True:\n        from . import flow\n        from .cli import common\n")
     found = {target for target, _ in imports_of(source, "synth", all_modules())}
     assert found == {"synth.errors", "synth.algorithms", "synth.evaluate", "synth.flow", "synth.cli.common"}
-    assert layer_of("synth.cuts.allgather") == "topology" and layer_of("synth.algorithms.forest.packing") == "algorithms"
+    assert layer_of("synth.cuts.allgather") == "routing" and layer_of("synth.algorithms.forest.packing") == "algorithms"
     assert layer_of("synth") == "faces"
     assert layer_of("synth.cli.basic") == "faces" and layer_of("synthetic") is None
 

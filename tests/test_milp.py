@@ -11,9 +11,9 @@ from strategies import topologies
 
 from synth import Kind, load_topology, synthesize, verify
 from synth.algorithms.milp import Progress, milp
+from synth.algorithms.milp_sketch import Sketch, load_sketch
 from synth.errors import InfeasibleError, InputError, LimitError
 from synth.evaluate import evaluate
-from synth.sketch import Sketch, load_sketch
 
 FAST = {"time_limit_s": 0.5, "progress": None}
 NDV2_RELAY_SKETCH = {"name": "ndv2-pairs", "relays": list(range(8)), "pairing": "same-index",

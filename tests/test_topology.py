@@ -15,9 +15,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synth.documents import parse_json
 from synth.errors import InputError
 from synth.library import load_topology, topology_json
-from synth.topology import Topology, parse_json
+from synth.topology import Topology
 
 
 def graph_layout(topology: Topology) -> tuple[list, list, list]:

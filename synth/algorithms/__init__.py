@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from synth.collectives import Kind, parse_kind
+from synth.collectives import Kind, min_transfers, parse_kind
 from synth.errors import InputError, NotApplicable
 from synth.schedule import Schedule
 from synth.topology import Topology
@@ -188,4 +188,4 @@ def _check_limits(topology: Topology, kind: Kind, algorithm: str, chunks: Any) -
     limits.check_ranks(n, what, hint="use a smaller topology")
     least = chunks if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks > 0 else (
         n if kind in OWNED else 1)
-    limits.check_transfers(limits.min_transfers(kind, n, least), f"{what} with {least} chunks")
+    limits.check_transfers(min_transfers(kind, n, least), f"{what} with {least} chunks")

@@ -79,7 +79,7 @@ Options
 ``size`` (bytes or ``"64KiB"``, default 1 MiB) sets the chunk size the epochs are cut for;
 ``chunks`` defaults to N, or 2N when a gpu's share is bandwidth-bound (over 10x the route latency on
 the slowest link); ``epoch_us`` overrides the epoch; ``sketch`` restricts the model
-(:mod:`synth.sketch`: relays, pairing, symmetry, chunks, epochs); ``routing`` is ``"auto"`` (the
+(:mod:`synth.algorithms.milp_sketch`: relays, pairing, symmetry, chunks, epochs); ``routing`` is ``"auto"`` (the
 time-indexed model when small enough, else the split model), ``"free"`` or ``"greedy"`` (force one);
 ``progress`` is a callable receiving :class:`Progress` events (the algorithm itself prints nothing).
 
@@ -115,11 +115,11 @@ from synth.algorithms.milp_instance import (
     rotation_of,
     send_window,
 )
+from synth.algorithms.milp_sketch import Sketch, load_sketch
 from synth.algorithms.utils import Progress, ProgressFunction, check_progress, make_collective
 from synth.collectives import Collective, Kind
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable
 from synth.schedule import COPY, REDUCE, Schedule, ScheduleBuilder
-from synth.sketch import Sketch, load_sketch
 from synth.topology import Topology
 
 #: Default message size the epochs are cut for, in bytes.
@@ -218,7 +218,7 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
     size : int or str
         Message size in bytes (nccl-tests n) the epochs are cut for; ``"64KiB"`` is accepted.
     sketch : Sketch, dict or path, optional
-        Restrictions (:mod:`synth.sketch`).
+        Restrictions (:mod:`synth.algorithms.milp_sketch`).
     time_limit_s : float, optional
         CP-SAT budget in deterministic seconds per solve (allreduce runs two solves of half each);
         default :func:`default_time_limit`.

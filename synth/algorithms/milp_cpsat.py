@@ -14,7 +14,7 @@ the tuner).
 Examples
 --------
 >>> from synth.library import load_topology
->>> from synth.sketch import load_sketch
+>>> from synth.algorithms.milp_sketch import load_sketch
 >>> from synth.algorithms.milp_instance import Item, best_greedy, build_instance, logical_links
 >>> topology = load_topology("ring:n=4")
 >>> items = [Item(c, c, tuple(r for r in range(4) if r != c)) for c in range(4)]

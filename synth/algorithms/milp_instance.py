@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from synth.algorithms.milp_sketch import Sketch
 from synth.errors import InfeasibleError, InputError
 from synth.routing import route
-from synth.sketch import Sketch
 from synth.topology import Topology
 
 #: Epochs a unicast relay must save before the greedy prefers it over a direct route.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from synth.collectives import ROOTED, Collective, Kind, uneven_weights
+from synth.collectives import ROOTED, Collective, Kind, min_transfers, uneven_weights
 from synth.errors import InputError
 from synth.routing import chain_paths, neighbors, relay_chain
 from synth.schedule import ScheduleBuilder
@@ -54,7 +54,7 @@ def make_collective(topology: Topology, kind: Kind, chunks: int | None, root: in
     collective = Collective(kind, n, chunks, root)
     from synth import limits  # refuse up front what no schedule could do within the transfer limit
 
-    limits.check_transfers(limits.min_transfers(kind, n, chunks), f"{kind} on {n} gpus with {chunks} chunks")
+    limits.check_transfers(min_transfers(kind, n, chunks), f"{kind} on {n} gpus with {chunks} chunks")
     return collective
 
 
@@ -75,7 +75,7 @@ def sharded_collective(topology: Topology, kind: Kind, shards: Any, chunks: int 
     per_unit = 1 if chunks is None else chunks // total
     from synth import limits
 
-    limits.check_transfers(limits.min_transfers(kind, topology.num_ranks, total * per_unit),
+    limits.check_transfers(min_transfers(kind, topology.num_ranks, total * per_unit),
                            f"{kind} on {topology.num_ranks} gpus with {total * per_unit} chunks")
     return Collective.uneven(kind, [w * per_unit for w in weights])
 

@@ -138,8 +138,8 @@ def load_network_yaml(path: str) -> tuple[Topology, str]:
 
     Bandwidth converts from ASTRA-sim's GB/s (2^30) to synth's (10^9), latency from ns to µs.
     """
+    from synth.documents import read_document
     from synth.library import build
-    from synth.topology import read_document
 
     data = read_document(path)
     if not isinstance(data, dict):
@@ -201,8 +201,8 @@ def is_network_yaml(path: str) -> bool:
     import contextlib
     from pathlib import Path
 
+    from synth.documents import read_document
     from synth.errors import SynthError
-    from synth.topology import read_document
 
     candidate = Path(path)
     with contextlib.suppress(OSError, ValueError):

@@ -1,4 +1,4 @@
-"""The solvers behind the bandwidth bounds, a property of the topology (the topology layer).
+"""The solvers behind the bandwidth bounds, a property of the topology (the routing layer).
 
 - :mod:`synth.cuts.network`: exact integer flow networks from a topology; compiled max-flow.
 - :mod:`synth.cuts.allgather`: the exact allgather cut bound (the optimal rate x* and its bottleneck cut)

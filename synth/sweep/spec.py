@@ -110,7 +110,7 @@ def point_id(topology: str, params: dict[str, Any], collective: str, algorithm: 
 
 def load_spec(path: str | Path) -> Sweep:
     """Read and validate a sweep spec file (YAML or JSON); raises :class:`InputError` naming the field."""
-    from synth.topology import read_document
+    from synth.documents import read_document
 
     return parse_spec(read_document(path), source=str(path))
 
@@ -192,8 +192,9 @@ def _quoted(topology: str | list[str]) -> str:
 def _fixed_topology(name: str, source: str, where: str) -> Fixed:
     """A fixed topology of the spec, checked now: a ``.json``/``.yaml`` file (a relative path is taken from
     the spec file's folder, then as a shipped topology file) or a library spec such as ``dgx-a100:boxes=2``."""
+    from synth.documents import read_document
     from synth.library import load_topology
-    from synth.topology import Topology, read_document
+    from synth.topology import Topology
 
     if not name.strip():
         raise InputError(source, where, "expected a topology file or library name, got an empty string")

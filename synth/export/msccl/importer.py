@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from synth.collectives import Collective, Kind, parse_kind
+from synth.collectives import Collective, Kind, min_transfers, parse_kind
 from synth.errors import InputError, VerificationError
 from synth.export import RouteBalancer, without_cycle_collection
 from synth.export.msccl.cells import Cells, renumber
@@ -33,7 +33,7 @@ def _chunk_count(source: str, kind: Kind, buffers: list[dict[str, int]], tbs: li
     # the declared size, before anything is expanded: a 1 KB file declaring 10^9 chunks is refused here
     from synth import limits
 
-    limits.check_transfers(limits.min_transfers(kind, n, chunks), f"the MSCCL program in {source} ({chunks:,} "
+    limits.check_transfers(min_transfers(kind, n, chunks), f"the MSCCL program in {source} ({chunks:,} "
                            f"chunks on {n} gpus)", hint="")
     moved = sum(max(1, st.cnt) for gpu_tbs in tbs for tb in gpu_tbs for st in tb.steps)
     if n * chunks > 2 * moved + 1_000_000:

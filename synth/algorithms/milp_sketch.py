@@ -72,8 +72,9 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from synth.documents import read_document
 from synth.errors import InputError, invalid
-from synth.topology import Topology, read_document
+from synth.topology import Topology
 
 FORMAT: Final = "synth.sketch/1"
 
