@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-explore lint bench bench-quick bench-record docs astra-check catalog-check clean
+.PHONY: run test test-fast test-explore lint bench bench-quick bench-record docs astra-check catalog-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: $(STAMP)
 # the README's blocks build on each other in one folder (tests/test_readme.py).
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# The same without the tests marked slow (over about 4 s each): a quicker loop while working; make test runs all.
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
 
 # The property tests with new random examples (make test runs a fixed, derandomized set: tests/conftest.py).
 test-explore: $(STAMP)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -133,25 +132,19 @@ class LimitedTrees:
     gap_percent: float
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, tuple[int, ...] | None], tuple[Topology, CutBound, Network]] = OrderedDict()
-
-
 def _cut(topology: Topology, reverse: bool = False, root: int | None = None,
          weights: tuple[int, ...] | None = None) -> tuple[CutBound, Network]:
     """The exact cut bound (memoized per topology object, direction, root and root weights: one per gpu,
     one at ``root``, or ``weights``)."""
-    key = (id(topology), reverse, root, weights)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is topology:
-        return hit[1], hit[2]
-    net = Network.from_topology(topology, reverse=reverse)
-    if weights is None:
-        weights = tuple(1 for _ in topology.ranks) if root is None else tuple(int(r == root) for r in topology.ranks)
-    bound = cut_bound(net, weights)
-    _CACHE[key] = (topology, bound, net)
-    while len(_CACHE) > 16:
-        _CACHE.popitem(last=False)
-    return bound, net
+    def compute() -> tuple[CutBound, Network]:
+        net = Network.from_topology(topology, reverse=reverse)
+        per_rank = weights
+        if per_rank is None:
+            per_rank = tuple(1 for _ in topology.ranks) if root is None else \
+                tuple(int(r == root) for r in topology.ranks)
+        return cut_bound(net, per_rank), net
+
+    return topology.memoized(__name__, (reverse, root, weights), compute, maxsize=16)
 
 
 def _fraction_gcd(values: list[Fraction]) -> Fraction:

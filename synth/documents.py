@@ -19,6 +19,7 @@ synth.errors.InputError: inline: duplicate key 'a' (a key may appear once in an 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -268,14 +269,9 @@ def parse_yaml(text: str, source: str) -> Any:
     return data
 
 
-_LOADER: Any = None
-
-
+@functools.cache
 def _strict_loader() -> Any:
     """A YAML SafeLoader (the C one when available) that refuses duplicate keys and huge integers."""
-    global _LOADER
-    if _LOADER is not None:
-        return _LOADER
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -310,5 +306,4 @@ def _strict_loader() -> Any:
 
     StrictLoader.add_constructor("tag:yaml.org,2002:map", mapping)
     StrictLoader.add_constructor("tag:yaml.org,2002:int", integer)
-    _LOADER = StrictLoader
-    return _LOADER
+    return StrictLoader

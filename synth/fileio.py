@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -415,17 +416,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-_LIBC: ctypes.CDLL | None | bool = None
-
-
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
-        except OSError:
-            _LIBC = False
-    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
+    """The C library (for ``linkat``), or None where it cannot be loaded or is not Linux's."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def _link_unnamed(fd: int, name: Path) -> bool:

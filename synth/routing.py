@@ -47,10 +47,7 @@ class _Cache:
 
 
 def _cache(topology: Topology) -> _Cache:
-    cache = topology.memo.get(__name__)
-    if cache is None:
-        cache = topology.memo[__name__] = _Cache(topology)
-    return cache
+    return topology.memoized(__name__, "", lambda: _Cache(topology))
 
 
 def _routes(topology: Topology, source: str, via_gpus: bool) -> dict[str, tuple[str, ...]]:

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import networkx as nx
 from pydantic import (
@@ -48,6 +49,8 @@ from pydantic import (
 
 from synth.documents import read_document
 from synth.errors import InputError, invalid
+
+T = TypeVar("T")
 
 GPU = "gpu"
 SWITCH = "switch"
@@ -548,9 +551,32 @@ class Topology:
 
     @cached_property
     def memo(self) -> dict[str, Any]:
-        """Derived data other modules keep per topology, by module name (for example routes: see
-        :mod:`synth.routing`); the topology is immutable, so nothing in it ever goes stale."""
+        """Derived data other modules keep per topology, by owner (:meth:`memoized`); the topology is
+        immutable, so nothing in it ever goes stale, and it is freed with the topology."""
         return {}
+
+    def memoized(self, owner: str, key: Hashable, compute: Callable[[], T], maxsize: int | None = None) -> T:
+        """``compute()``, made once per ``(owner, key)`` for this topology and kept in :attr:`memo`: synth's
+        one idiom for data derived from a topology (routes, cut bounds, tree plans). ``maxsize`` keeps only
+        the owner's most recently used results (for large ones, such as tree plans).
+
+        Examples
+        --------
+        >>> from synth.library import load_topology
+        >>> topo = load_topology("ring:n=4")
+        >>> calls = []
+        >>> [topo.memoized("example", 1, lambda: calls.append(1) or len(calls)) for _ in range(2)], calls
+        ([1, 1], [1])
+        """
+        table: OrderedDict[Hashable, Any] = self.memo.setdefault(owner, OrderedDict())
+        if key in table:
+            table.move_to_end(key)
+            return table[key]  # type: ignore[no-any-return]
+        value = compute()
+        table[key] = value
+        while maxsize is not None and len(table) > maxsize:
+            table.popitem(last=False)
+        return value
 
     def passive(self) -> Topology:
         """The same fabric with every switch passive (no capabilities); ``self`` when none has any.

@@ -47,7 +47,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal
 
@@ -148,7 +149,6 @@ class TreeSchedule:
     phases: tuple[TreePhase, ...]
     topology_file: str | None = None
     topology_sha256: str | None = None
-    _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     #: Transfers not held: made one at a time from the trees as they are read.
     held: ClassVar[bool] = False
@@ -192,16 +192,17 @@ class TreeSchedule:
 
     def num_transfers(self) -> int:
         """How many transfers :meth:`expand` builds (link transfers and the reduce phases' local ops)."""
-        cached = self._counts.get("transfers")
-        if cached is None:
-            cached = 0
-            for phase, tree in self.trees():
-                per_chunk = tree.arcs
-                if phase.op == REDUCE and tree.arcs:
-                    per_chunk += tree.arcs - len(np.unique(tree.parent))  # a local reduce per further child
-                cached += per_chunk * tree.chunks
-            self._counts["transfers"] = cached
-        return cached
+        return self._transfer_count
+
+    @cached_property
+    def _transfer_count(self) -> int:
+        count = 0
+        for phase, tree in self.trees():
+            per_chunk = tree.arcs
+            if phase.op == REDUCE and tree.arcs:
+                per_chunk += tree.arcs - len(np.unique(tree.parent))  # a local reduce per further child
+            count += per_chunk * tree.chunks
+        return count
 
     # ------------------------------------------------------------------------------------- expansion
     def iter_transfers(self) -> Iterator[Transfer]:

@@ -205,6 +205,7 @@ def test_size_aware_forest_reaches_95_percent_of_the_bound_at_1gib(spec, kind):
     assert bound.time(size) / schedule.params["modelled_time_s"] >= 0.95
 
 
+@pytest.mark.slow
 def test_forest_allreduce_on_2_mi250_reaches_95_percent_of_the_bound_at_1gib():
     """The variant forest's size choice takes there (three trees per root, 32 KiB slices): 94.5% of the bound
     while the last roots' trees were up to 16 arcs deep, at least 95% once the depth pass made them at most 9."""
@@ -219,6 +220,7 @@ def test_forest_allreduce_on_2_mi250_reaches_95_percent_of_the_bound_at_1gib():
     assert lower_bound(topology, Kind.ALLREDUCE).time(size) / seconds >= 0.95
 
 
+@pytest.mark.slow
 def test_size_choice_tries_five_trees_between_three_and_seven_and_a_longer_depth_pass_reaches_95_percent():
     """2 x MI250's reduce-scatter at 1 GiB with 32 KiB slices (the finest the size choice tries): the doubling
     limits 2, 4 and 8 give two, three and seven trees per root; halfway between three and seven, five are

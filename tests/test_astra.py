@@ -238,6 +238,7 @@ _MEASURED_SCHEDULES: dict = {}
 
 
 @pytest.mark.parametrize("group", sorted(_groups()))
+@pytest.mark.slow
 def test_model_equals_astra_sim_rank_by_rank(group):
     """Cases ``make astra-check`` ran on the real ASTRA-sim 2.x binaries (ASTRA-sim's numbers are the
     expectations): the model predicts every rank's finish to the ns. A case whose algorithm now builds
@@ -341,6 +342,7 @@ def test_exported_traces_do_not_depend_on_issue_order(topology, kind, data):
 
 @pytest.mark.parametrize("spec", [f"ring:n=6,{ASTRA_LINK}", f"switch:n=5,{ASTRA_LINK}",
                                   f"fully-connected:n=5,{ASTRA_LINK}", "switch:n=4,bandwidth=900,latency=0"])
+@pytest.mark.slow
 def test_every_algorithm_on_astra_networks_is_order_independent(spec):
     from synth.algorithms import available
     from synth.astra import lower

@@ -46,6 +46,7 @@ def _work(entry: dict) -> int:
 
 
 @pytest.mark.parametrize("entry", shipped_entries(), ids=lambda e: f"{e['topology']}-{e['collective']}")
+@pytest.mark.slow
 def test_catalog_schedule_verifies_and_matches_its_figures(entry):
     topology = load_topology(entry["topology"])
     schedule = Schedule.from_file(SCHEDULES / entry["file"])

@@ -267,6 +267,7 @@ def _round_trip_cases():
 
 
 @pytest.mark.parametrize(("spec", "kind", "algorithm"), _round_trip_cases())
+@pytest.mark.slow
 def test_round_trip_every_algorithm(spec, kind, algorithm, tmp_path):
     topology = load_topology(spec)
     try:

@@ -174,6 +174,7 @@ def test_generate_is_deterministic(cli, tmp_path):
 
 # --------------------------------------------------------------------------------------------- demo
 @pytest.mark.parametrize("spec", ["ring:n=4", "switch:n=6"])
+@pytest.mark.slow
 def test_demo_json(cli, spec):
     result = as_json(cli("demo", "--topology", spec, "-s", "1MiB", "-s", "16MiB", "--json"))
     assert set(result) >= {"topology", "rows", "skipped"}

@@ -94,6 +94,7 @@ def _digests_in_subprocess(seed: str) -> dict[str, str | None]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_same_bytes_across_processes_with_different_hash_seeds():
     here = {f"{name} {spec} {kind}": digest(schedule_bytes(name, spec, kind))
             for name in REGISTRY for spec, kind in cases(name)}
@@ -104,6 +105,7 @@ def test_same_bytes_across_processes_with_different_hash_seeds():
         assert not different, f"PYTHONHASHSEED={seed} changes: {different}"
 
 
+@pytest.mark.slow
 def test_cli_output_files_are_byte_identical_across_hash_seeds(tmp_path):
     outputs = []
     for seed in ("1", "2"):

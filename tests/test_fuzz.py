@@ -174,6 +174,7 @@ STRUCTURED = {"multidim": "torus:dims=2x3", "hierarchical": "ndv2:boxes=2", "nvl
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.slow
 def test_every_algorithm_on_random_topologies(name):
     algorithm = REGISTRY[name]
     outcomes: dict[str, int] = {}

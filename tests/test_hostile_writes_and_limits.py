@@ -370,6 +370,7 @@ def test_demo_says_what_it_is_doing_on_a_pipe(cli):
     assert steps and steps[0].endswith(f"(1/{len(steps)})") and steps[-1].endswith(f"({len(steps)}/{len(steps)})")
 
 
+@pytest.mark.slow
 def test_runs_after_a_killed_one_give_the_same_bytes(tmp_path):
     import signal
     import subprocess

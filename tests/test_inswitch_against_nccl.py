@@ -37,6 +37,7 @@ SIZES = [2**12, 2**16, 2**20, 2**24, 2**28, 2**32]  # 4 KiB to 4 GiB in powers o
 
 
 @pytest.mark.parametrize("spec", [SUPERPOD, "dgx-superpod:sus=1,nodes_per_su=2,sharp=true"])
+@pytest.mark.slow
 def test_superpod_with_sharp_insw_matches_or_beats_every_nccl_shape_from_4kib_to_4gib(spec):
     topo = load_topology(spec)
     rows, _, schedules = run_all(topo, [Kind.ALLREDUCE], SIZES, algorithms=["collnet", "nvls_tree", "nccl", "insw"])
@@ -61,11 +62,13 @@ def _insw_beats_nvls_tree_and_nccl(spec, sizes):
         verify(schedules[("insw", Kind.ALLREDUCE, size)], topo)
 
 
+@pytest.mark.slow
 def test_two_dgx_h100_boxes_insw_matches_or_beats_nvls_tree_and_nccl_from_4kib_to_4gib():
     # dgx-h100 has no IB SHARP option (no collnet); its boxes still reduce in NVLS, and nvls_tree runs
     _insw_beats_nvls_tree_and_nccl("dgx-h100:boxes=2", SIZES)
 
 
+@pytest.mark.slow
 def test_four_dgx_h100_boxes_insw_beats_nvls_tree_and_nccl_from_16mib_to_4gib():
     _insw_beats_nvls_tree_and_nccl("dgx-h100:boxes=4", SIZES[3:])
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import INTERRUPTIBLE, SYNTH
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see the write window")
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see the write window"),
+              pytest.mark.slow]
 
 TEMPORARY = re.compile(r"^\..+\.\d+-[0-9a-f]{8}\.tmp$")
 #: Seconds to wait, once the write window is seen, before the signal (0: at once; the last ones land after it).

@@ -323,6 +323,7 @@ def test_allreduce_combines_its_phases(dgx1):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topologies(min_gpus=4, max_gpus=4, max_switches=1), st.sampled_from([512, 1 << 16, 1 << 22]))
+@pytest.mark.slow
 def test_lower_bound_never_exceeds_a_schedule(topology, size):
     """The combinatorial bound (with the spread of the last item across a box cut) is a true lower bound:
     on small random systems split into boxes it is never above the greedy plan, nor above an optimum

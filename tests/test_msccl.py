@@ -298,6 +298,7 @@ def test_a_large_schedule_takes_at_least_eight_channels_and_is_not_slower_for_it
     assert times[0] > evaluate(schedule, topology, 2**30).time_s  # still a cost, which `export msccl` states
 
 
+@pytest.mark.slow
 def test_cli_states_what_the_programs_step_order_costs_beside_the_schedule(tmp_path, capsys, monkeypatch):
     from helpers import run_cli
 
@@ -337,6 +338,7 @@ def _cases():
 
 
 @pytest.mark.parametrize(("spec", "kind", "algorithm"), _cases())
+@pytest.mark.slow
 def test_round_trip_every_algorithm(spec, kind, algorithm):
     topology = load_topology(spec)
     try:

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 #: Largest stored notebook file, outputs (pictures included) and all.

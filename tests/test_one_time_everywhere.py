@@ -34,6 +34,7 @@ def _as_json(outcome):
     return json.loads(outcome.out)
 
 
+@pytest.mark.slow
 def test_every_command_reports_the_same_time_and_plan(cli, tmp_path):
     spec = "dgx-a100:boxes=2"
     compared = _as_json(cli("compare", spec, *[a for k in KINDS for a in ("-c", k)],

@@ -45,6 +45,7 @@ def _every_schedule(topology: Topology, skip=frozenset()):
 
 
 @pytest.mark.parametrize("name", [name for name, _ in shipped_files()])
+@pytest.mark.slow
 def test_every_algorithm_on_every_shipped_topology_verifies_without_crossing_a_gpu(name):
     topology = load_topology(TOPOLOGY_DIR / name)
     skip = {algorithm for algorithm, file in SLOW if file == name}

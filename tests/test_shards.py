@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from synth.algorithms import synthesize
-from synth.algorithms.forest import forest, forest_trees, plan
+from synth.algorithms.forest import forest, forest_trees
 from synth.bounds import shard_bound, time_bound
 from synth.collectives import Collective, Kind, shard_weights
 from synth.cuts.allgather import cut_bound
@@ -91,7 +91,6 @@ def test_forest_allgatherv_reaches_the_exact_bound_in_congestion(case):
     """On random topologies with random shards (some empty), forest's allgatherv and reduce-scatterv verify
     and their congestion time is exactly the weighted cut bound (as Fractions)."""
     topo, shards = case
-    plan._CACHE.clear()
     for kind in OWNED:
         try:
             schedule = forest(topo, kind, shards=shards)

@@ -371,6 +371,7 @@ def wait_for_partial(output: Path, total: int, process: subprocess.Popen, limit:
 
 
 @pytest.mark.parametrize("kill, workers", [(signal.SIGKILL, "1"), (signal.SIGTERM, "2")])
+@pytest.mark.slow
 def test_a_killed_sweep_keeps_flushed_rows_and_resumes_to_the_same_rows(tmp_path, kill, workers):
     """SIGKILL: no chance to clean up, the last atomic flush must be intact. SIGTERM (on a LocalCluster):
     the sweep flushes what finished, shuts its workers down and exits 130."""
@@ -417,6 +418,7 @@ def test_command_reports_bad_specs_in_one_line(tmp_path):
 
 
 @pytest.mark.skipif(not (BIN / "dask").exists(), reason="the dask command is not installed in this environment")
+@pytest.mark.slow
 def test_same_spec_runs_unchanged_on_a_separately_started_scheduler(tmp_path):
     spec = write_spec(tmp_path, SMALL)
     scheduler_file = tmp_path / "scheduler.json"

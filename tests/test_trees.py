@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from synth.algorithms.forest import forest, forest_trees, plan
+from synth.algorithms.forest import forest, forest_trees
 from synth.collectives import Kind
 from synth.errors import InfeasibleError, InputError, LimitError, NotApplicable, VerificationError
 from synth.evaluate import congestion
@@ -85,8 +85,8 @@ def test_options_reach_the_trees_form():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(forest_topologies(max_gpus=6, max_switches=3), st.sampled_from(KINDS))
+@pytest.mark.slow
 def test_random_topologies(topo, kind):
-    plan._CACHE.clear()
     try:
         form = forest_trees(topo, kind)
     except (LimitError, InfeasibleError, NotApplicable):

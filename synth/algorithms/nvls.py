@@ -87,7 +87,7 @@ def leg_path(topology: Topology, gpu: str, switch: str, *, inward: bool) -> tupl
     """
     graph = topology.graph
     start, goal = (gpu, switch) if inward else (switch, gpu)
-    cache: dict[str, tuple[str, ...]] = topology.memo.setdefault(f"leg_paths {start} {inward}", {})
+    cache: dict[str, tuple[str, ...]] = topology.memoized(__name__, ("leg paths", start, inward), dict)
     if goal in cache:
         return cache[goal]
     step = graph.successors if inward else graph.predecessors

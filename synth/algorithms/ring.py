@@ -59,11 +59,8 @@ PATH_BUDGET = 20_000
 
 
 def _memo(topology: Topology, key: tuple[Any, ...], compute: Any) -> Any:
-    """``compute()``, once per topology and key (kept in ``topology.memo``: topologies are immutable)."""
-    memo = topology.memo.setdefault(__name__, {})
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]
+    """``compute()``, once per topology and key (:meth:`synth.topology.Topology.memoized`)."""
+    return topology.memoized(__name__, key, compute)
 
 
 def paths_for(topology: Topology, hops: Sequence[tuple[int, int]]) -> dict[tuple[int, int], tuple[str, ...]]:

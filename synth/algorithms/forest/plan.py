@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -262,9 +261,8 @@ def is_symmetric(topology: Topology) -> bool:
                for u, v, data in graph.edges(data=True))
 
 
-_CACHE: OrderedDict[tuple[int, bool, int | None, int | None, bool | None, int | None, bool, int, int | None,
-                          float | None, tuple[int, ...] | None], tuple[Topology, ForestPlan]] = OrderedDict()
-_CACHE_SIZE = 8
+#: Tree plans kept per topology (the most recently used).
+PLANS_KEPT = 8
 
 
 def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
@@ -279,15 +277,7 @@ def get_plan(topology: Topology, reverse: bool = False, root: int | None = None,
     backwards."""
     if reverse and is_symmetric(topology):
         reverse = False
-    key = (id(topology), reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees,
-           shallow_share, weights)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is topology:
-        _CACHE.move_to_end(key)
-        return hit[1]
-    plan = build_plan(topology, reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees,
-                      shallow_share, weights)
-    _CACHE[key] = (topology, plan)
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return plan
+    key = (reverse, root, max_trees, symmetric, max_arcs, spread, shallow_budget, min_trees, shallow_share, weights)
+    return topology.memoized(__name__, key, lambda: build_plan(topology, reverse, root, max_trees, symmetric,
+                                                               max_arcs, spread, shallow_budget, min_trees,
+                                                               shallow_share, weights), maxsize=PLANS_KEPT)
