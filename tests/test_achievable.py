@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import pytest
@@ -131,3 +132,23 @@ def test_a_bad_spec_with_the_suffix_is_refused_cleanly(spec, expect, capsys, mon
     assert outcome.code == 2 and "Traceback" not in outcome.err
     assert outcome.err.startswith("error: ") and expect in outcome.err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_schedule_made_at_line_rate_runs_on_the_same_fabric_at_achievable_rates(capsys, monkeypatch, tmp_path):
+    """The same fabric at achievable rates takes the schedules made for its line rates (only the rates
+    differ), and every timing command names the link rates it assumed; another fabric is still refused."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["generate", "dgx-a100:boxes=2", "-c", "allreduce", "-a", "ring", "-o", "ar.json"],
+                   capsys, monkeypatch).code == 0
+    line = run_cli(["evaluate", "ar.json", "-s", "1GiB", "--json"], capsys, monkeypatch)
+    real = run_cli(["evaluate", "ar.json", "-t", "dgx-a100:boxes=2@achievable", "-s", "1GiB", "--json"],
+                   capsys, monkeypatch)
+    assert line.code == real.code == 0
+    line_s, real_s = json.loads(line.out)[0]["time_s"], json.loads(real.out)[0]["time_s"]
+    assert real_s > line_s / 0.93  # the NIC rails carry 92% of their line rate
+    shown = run_cli(["evaluate", "ar.json", "-t", "dgx-a100:boxes=2@achievable", "-s", "1GiB"], capsys, monkeypatch)
+    assert "links: at achievable rates (scale-out 92%, scale-up 82% of line rate" in " ".join(shown.out.split())
+    plain = run_cli(["evaluate", "ar.json", "-s", "1GiB"], capsys, monkeypatch)
+    assert "links: at their line rates" in " ".join(plain.out.split())
+    other = run_cli(["evaluate", "ar.json", "-t", "dgx-a100:boxes=3@achievable", "-s", "1GiB"], capsys, monkeypatch)
+    assert other.code == 2 and "different topology" in other.err

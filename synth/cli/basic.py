@@ -284,6 +284,9 @@ def evaluate_command(
                         {1, 2, 3, 4, 5}))
     busiest = ", ".join(f"{shown(u)}->{shown(v)}" for u, v, _ in report.busiest_links[:3])
     console.print(f"busiest links: {busiest}")
+    from synth.library.achievable import link_rates_note
+
+    console.print(f"[dim]{shown(link_rates_note(topo))}[/dim]")
     if bound is not None:
         console.print(f"[dim]% of bound: the topology's proven lower bound on time at that size ({bound.label}: "
                       "links, and in-switch reduction where switches declare it) over the time; 100% = as fast "

@@ -91,6 +91,9 @@ def demo(
                         {2, 3, 4, 5, 6, 7, 8}))
     console.print("[dim]% of bound: the topology's lower bound on time at that size (links, and in-switch reduction where switches declare it) over the time; "
                   "plan: protocol, slices per chunk x slice size, slices in flight (`synth evaluate --help`)[/dim]")
+    from synth.library.achievable import link_rates_note
+
+    console.print(f"[dim]{link_rates_note(topo)}[/dim]")
     for name in names:
         console.print(f"[dim]vs {name}: {name}'s time at that size over the row's (above 1: faster); "
                       f"{baseline_description(topo, name)}[/dim]")

@@ -258,6 +258,9 @@ def _compare_job(spec: str, path: str, as_json: bool, model: str, given: dict[st
     note(f"[dim]alone one after another: {fmt_time(result.serial_s)}; the slowest alone: "
          f"{fmt_time(result.alone_makespan_s)}; the set chosen by a local search over {len(result.tried)} sets "
          "simulated together (a heuristic: the joint bound says how far it can be from the best)[/dim]")
+    from synth.library.achievable import link_rates_note
+
+    note(f"[dim]{shown(link_rates_note(topo))}[/dim]")
     note("[dim]slowdown: the collective's finish in the job over its time alone (links shared max-min per "
          "connection: a schedule with more transfers in flight takes a larger share); own bound: its lower bound "
          "alone on its group[/dim]")
@@ -280,6 +283,9 @@ def _compare_notes(topo: Topology, rows: list[Any], skipped: list[Any], base_nam
     note(f"[dim]% of bound: the topology's lower bound on time at that size over the schedule's time "
          f"({', '.join(sorted({f'{r.collective}: {r.bound_label}' for r in rows}))}); plan: protocol, "
          f"slices per chunk x slice size, slices in flight (see `synth evaluate --help`)[/dim]")
+    from synth.library.achievable import link_rates_note
+
+    note(f"[dim]{shown(link_rates_note(topo))}[/dim]")
     for s in skipped:
         note(f"[dim]skipped {s.algorithm} {s.collective}: {s.reason}[/dim]")
     slow = sorted({name for _, name in planned(kinds, None)} - {name for _, name in planned(kinds, None, False)})

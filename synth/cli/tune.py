@@ -131,6 +131,9 @@ def tune_command(
     if base:
         console.print(f"[dim]vs {base}: {base}'s time at that size over the winner's ({base} is always a candidate, "
                       f"so never below 1.00x); {shown(baseline_description(topo, base, options.get(base, {}).get('version')))}[/dim]")
+    from synth.library.achievable import link_rates_note
+
+    console.print(f"[dim]{shown(link_rates_note(topo))}[/dim]")
     reasons: dict[str, list[str]] = {}
     for skipped in result.skipped:
         reasons.setdefault(skipped.reason, []).append(skipped.algorithm)

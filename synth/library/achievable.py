@@ -53,8 +53,11 @@ from typing import Any
 
 import networkx as nx
 
-from synth.topology import Topology
+from synth.topology import Topology, fingerprint
 
+#: The metadata key holding the line-rate topology's fingerprint: a schedule made for it runs on this one too
+#: (the same gpus, links and paths; only the rates differ).
+LINE_RATE_KEY = "line_rate_sha256"
 #: The metadata key the flow model reads (:data:`synth.flow.NETWORK_OVERHEAD_KEY`).
 NETWORK_OVERHEAD_KEY = "network_overhead_us"
 
@@ -139,7 +142,8 @@ def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None,
     latency = f"; {SCALE_UP_STEP_US:g} us per scale-up step" if SCALE_UP in present else ""
     metadata: dict[str, Any] = {
         **topology.metadata, "achievable": {**{name: str(value) for name, value in sorted(fractions.items())},
-                                            "network": network}}
+                                            "network": network},
+        LINE_RATE_KEY: fingerprint(topology)}
     if overhead and SCALE_OUT in present:
         latency += f"; {network}: {overhead:g} us per collective across boxes"
         metadata[NETWORK_OVERHEAD_KEY] = overhead
@@ -148,3 +152,24 @@ def achievable(topology: Topology, table: Mapping[str, Fraction] | None = None,
         topology, name=topology.name + suffix, graph=nx.freeze(graph),
         description=f"{topology.description} (links at achievable rates: {rates} of line rate{latency})".strip(),
         metadata=metadata)
+
+
+def link_rates_note(topology: Topology) -> str:
+    """The assumption a time on ``topology`` rests on about its links, in one line for a command's notes.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> link_rates_note(load_topology("dgx-h100:boxes=2@achievable"))
+    'links: at achievable rates (scale-out 92%, scale-up 82% of line rate; network ib), fitted to public nccl-tests runs (docs/calibration.md)'
+    >>> link_rates_note(load_topology("ring:n=4")).startswith("links: at their line rates")
+    True
+    """
+    recorded = topology.metadata.get("achievable")
+    if isinstance(recorded, Mapping):
+        rates = ", ".join(f"{name} {float(Fraction(str(value))):.0%}" for name, value in sorted(recorded.items())
+                          if name != "network")
+        return (f"links: at achievable rates ({rates} of line rate; network {recorded.get('network', DEFAULT_NETWORK)}), "
+                "fitted to public nccl-tests runs (docs/calibration.md)")
+    return ("links: at their line rates (the ideal α-β model); runtimes reach less (NVLink about 80%): append "
+            "@achievable to the topology for the rates public nccl-tests runs measure (docs/calibration.md)")
