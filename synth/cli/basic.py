@@ -25,7 +25,7 @@ from synth.cli.common import (
     demand_argument,
     fmt_time,
     group_argument,
-    load_stored_schedule,
+    load_schedule,
     output_file,
     parse_options,
     plan_options,
@@ -234,7 +234,7 @@ def verify_command(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check a schedule exactly: paths, ordering, races, double reductions, postconditions."""
-    stored = load_stored_schedule(schedule_file)
+    stored = load_schedule(schedule_file, "stored")
     topo = schedule_topology(stored, topology, schedule_file)
     report = verify_file(stored, topo, schedule_file)  # the trees form is proved on its trees
     if as_json:
@@ -262,7 +262,7 @@ def evaluate_command(
     from synth.evaluate import congestion, evaluate_sizes
 
     options = plan_options(protocol, slice_bytes, slices, window)
-    schedule = load_stored_schedule(schedule_file)  # the trees form streams through the flow model
+    schedule = load_schedule(schedule_file, "stored")  # the trees form streams through the flow model
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB", "1GiB"])

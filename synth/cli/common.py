@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import typer
 from rich.console import Console
@@ -195,38 +195,39 @@ def output_file(path: str, option: str = "--output", inputs: Sequence[str | None
     return path
 
 
-def load_schedule(path: str) -> Schedule:
-    """Load a schedule file named on the command line; a trees-form file (:mod:`synth.trees`) is
-    expanded into its transfers (refused, with a clear message, over the ``max_transfers`` limit)."""
+#: How :func:`load_schedule` hands a file over: ``transfers`` (every command that needs the transfers), ``stored``
+#: (as stored: the trees form stays trees, for the judges that read it), ``streamed`` (the transfers where
+#: they fit the limit, else the trees form, for the consumers that stream it).
+ScheduleUse = Literal["transfers", "stored", "streamed"]
+
+
+@overload
+def load_schedule(path: str) -> Schedule: ...
+@overload
+def load_schedule(path: str, use: ScheduleUse) -> ScheduleForm: ...
+def load_schedule(path: str, use: ScheduleUse = "transfers") -> ScheduleForm:
+    """Load a schedule file named on the command line, in the form the command uses (:data:`ScheduleUse`).
+
+    A transfers-form file over the ``max_transfers`` limit is refused as it is read; a trees-form file
+    (:mod:`synth.trees`) is expanded for ``transfers`` (refused with a clear message over the limit) and for
+    ``streamed`` where it fits.
+    """
     from synth import limits
-
-    stored = load_stored_schedule(path)  # a transfers-form file over the limit is refused as it is read
-    transfers, allowed = stored.num_transfers(), int(limits.limit_value("max_transfers"))
-    if transfers > allowed:
-        raise InputError(path, "trees", f"the trees form expands to {transfers:,} transfers, over the limit of "
-                         f"{allowed:,} (SYNTH_MAX_TRANSFERS), and this command needs the transfers; `synth verify` "
-                         "reads the trees form as it is")
-    return stored.expand()
-
-
-def load_streamable_schedule(path: str) -> ScheduleForm:
-    """:func:`load_schedule` for a command that can stream the trees form: a trees-form file over the
-    ``max_transfers`` limit comes back as it is, any other expanded into its transfers."""
-    from synth import limits
-
-    stored = load_stored_schedule(path)
-    if stored.num_transfers() > int(limits.limit_value("max_transfers")):
-        return stored  # only the trees form can be over the limit here: it streams
-    return stored.expand()
-
-
-def load_stored_schedule(path: str) -> ScheduleForm:
-    """Load a schedule file as it is stored: transfers, or the trees form."""
     from synth.trees import read_schedule
 
     if not Path(path).exists():
         raise InputError(path, "", "no such file")
-    return read_schedule(path)
+    stored = read_schedule(path)
+    if use == "stored":
+        return stored
+    transfers, allowed = stored.num_transfers(), int(limits.limit_value("max_transfers"))
+    if transfers <= allowed:
+        return stored.expand()
+    if use == "streamed":
+        return stored  # only the trees form can be over the limit here: it streams
+    raise InputError(path, "trees", f"the trees form expands to {transfers:,} transfers, over the limit of "
+                     f"{allowed:,} (SYNTH_MAX_TRANSFERS), and this command needs the transfers; `synth verify` "
+                     "reads the trees form as it is")
 
 
 def group_argument(topology: Topology, group: str | None) -> Topology:

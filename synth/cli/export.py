@@ -17,7 +17,6 @@ from synth.cli.common import (
     err_console,
     fmt_time,
     load_schedule,
-    load_streamable_schedule,
     output_file,
     print_json,
     schedule_topology,
@@ -90,7 +89,7 @@ def export_chakra_command(
 
     check_output_folder(output, inputs=[schedule_file, topology] if topology else [schedule_file],
                         signature=SIGNATURE, kind="`synth export chakra` output")
-    schedule = load_streamable_schedule(schedule_file)
+    schedule = load_schedule(schedule_file, "streamed")
     topo = schedule_topology(schedule, topology, schedule_file)
     verify_file(schedule, topo, schedule_file)
     sizes = sizes_argument(size, ["1MiB"])
