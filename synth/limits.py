@@ -4,36 +4,12 @@ Every limit has a documented default and can be raised (or lowered) for one run 
 variable, e.g. ``SYNTH_MAX_TRANSFERS=20000000 synth generate ...``. An override must be a finite positive
 number no larger than the limit's ceiling (``SYNTH_SOLVER_SECONDS=1e308`` is refused, not obeyed).
 
-==========================  =============  ===========================================================
-limit                       default        what it bounds
-==========================  =============  ===========================================================
-``max_transfers``           4,000,000      transfers in one schedule (about 1 KB of RAM each while
-                                           building, verifying and writing it), built or read
-``max_milp_variables``      200,000        variables of one MILP/LP model
-``max_milp_constraints``    400,000        constraints of one MILP/LP model
-``max_ranks``               16,384         gpus a command is asked to handle
-``solver_seconds``          600            default wall-clock limit of any solver call
-``max_input_bytes``         32 MiB         a topology, sketch, sweep spec or MSCCL XML file
-``max_yaml_bytes``          4 MiB          a YAML file (YAML parses about 100 times slower than JSON:
-                                           larger topologies belong in JSON)
-``max_schedule_bytes``      512 MiB        a schedule file, read or written (generate refuses to write
-                                           one that the loaders would refuse to read)
-``max_message_bytes``       1 PiB          a message size (``--size``, ``--max-bytes``, sweep sizes)
-``max_sweep_rows``          100,000        rows of one sweep (grid points x collectives x algorithms x
-                                           sizes), counted before the grid is expanded
-``max_verify_steps``        200,000,000    dependency-graph steps the verifier may take to prove that
-                                           the accesses to each (rank, chunk) are ordered
-``max_graph_work``          2,000,000,000  max-flow work of ``bound`` and the tree packing
-                                           (gpus x directed links x log2 of the gpu count)
-``max_tree_arcs``           20,000,000     arcs of a forest plan's trees (trees x (gpus - 1)), planned
-                                           or read in the trees form (about 300 B each while planning)
-``max_memory_bytes``        3/4 of memory  memory a command may plan to use: three quarters of the least
-                                           of the machine's memory, the process's address-space and
-                                           data limits (``ulimit -v``, ``-d``) and its cgroup's
-                                           ``memory.max``; estimated before the work from what it is
-                                           about to build or read (:data:`BYTES_PER_TRANSFER`,
-                                           :data:`BYTES_PER_TREE_ARC`, :data:`BYTES_PER_INPUT_BYTE`)
-==========================  =============  ===========================================================
+The limits, their defaults, variables and what each bounds are :data:`LIMITS`; :func:`table` prints them
+as the README's table (``python -m synth.cli.reference --write`` keeps the README's copy current).
+The memory limit's default is three quarters of the least of the machine's memory, the process's
+address-space and data limits (``ulimit -v``, ``-d``) and its cgroup's ``memory.max``; the memory a command
+is about to use is estimated before the work from what it will build or read (:data:`BYTES_PER_TRANSFER`,
+:data:`BYTES_PER_TREE_ARC`, :data:`BYTES_PER_INPUT_BYTE`).
 
 So a command asked for more than the machine can hold refuses in one line before allocating, with its
 estimate, instead of being killed for memory part way.
@@ -79,6 +55,10 @@ class Limit:
     ceiling: float = 1e15
     #: Computes the default when it depends on the machine (then ``default`` is unused).
     default_from: Callable[[], float] | None = None
+    #: What the limit bounds and where it applies, for the README's table (:func:`table`).
+    bounds: str = ""
+    #: The default in words, where it is not a plain number (the memory limit's rule).
+    default_text: str = ""
 
     def value(self) -> float:
         """The limit in force: the environment override if set (validated), else the default."""
@@ -150,23 +130,63 @@ def memory_available() -> float:
 LIMITS: dict[str, Limit] = {
     limit.name: limit
     for limit in (
-        Limit("max_transfers", 4_000_000, "SYNTH_MAX_TRANSFERS", "transfers", 1e9),
-        Limit("max_milp_variables", 200_000, "SYNTH_MAX_MILP_VARIABLES", "variables", 1e9),
-        Limit("max_milp_constraints", 400_000, "SYNTH_MAX_MILP_CONSTRAINTS", "constraints", 1e9),
-        Limit("max_ranks", 16_384, "SYNTH_MAX_RANKS", "ranks", 1e7),
-        Limit("solver_seconds", 600, "SYNTH_SOLVER_SECONDS", "seconds", 1e6),
-        Limit("max_input_bytes", 32 * 2**20, "SYNTH_MAX_INPUT_BYTES", "bytes", 2**40),
-        Limit("max_yaml_bytes", 4 * 2**20, "SYNTH_MAX_YAML_BYTES", "bytes", 2**40),
-        Limit("max_schedule_bytes", 512 * 2**20, "SYNTH_MAX_SCHEDULE_BYTES", "bytes", 2**40),
-        Limit("max_message_bytes", PIB, "SYNTH_MAX_MESSAGE_BYTES", "bytes", 2**62),
-        Limit("max_sweep_rows", 100_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10),
-        Limit("max_verify_steps", 200_000_000, "SYNTH_MAX_VERIFY_STEPS", "steps", 1e13),
-        Limit("max_graph_work", 2_000_000_000, "SYNTH_MAX_GRAPH_WORK", "steps", 1e15),
-        Limit("max_tree_arcs", 20_000_000, "SYNTH_MAX_TREE_ARCS", "tree arcs", 1e10),
+        Limit("max_transfers", 4_000_000, "SYNTH_MAX_TRANSFERS", "transfers", 1e9,
+              bounds="transfers in one schedule, built, read or imported (the trees form streams past it)"),
+        Limit("max_milp_variables", 200_000, "SYNTH_MAX_MILP_VARIABLES", "variables", 1e9,
+              bounds="variables of one MILP/LP model"),
+        Limit("max_milp_constraints", 400_000, "SYNTH_MAX_MILP_CONSTRAINTS", "constraints", 1e9,
+              bounds="constraints of one MILP/LP model"),
+        Limit("max_ranks", 16_384, "SYNTH_MAX_RANKS", "ranks", 1e7, bounds="gpus of any command's topology"),
+        Limit("solver_seconds", 600, "SYNTH_SOLVER_SECONDS", "seconds", 1e6,
+              bounds="wall-clock time of one solver call, when no time limit is given"),
+        Limit("max_input_bytes", 32 * 2**20, "SYNTH_MAX_INPUT_BYTES", "bytes", 2**40,
+              bounds="a topology, sketch, sweep spec, demand, job, network or MSCCL XML file"),
+        Limit("max_yaml_bytes", 4 * 2**20, "SYNTH_MAX_YAML_BYTES", "bytes", 2**40,
+              bounds="a YAML file (YAML parses about 100 times slower than JSON)"),
+        Limit("max_schedule_bytes", 512 * 2**20, "SYNTH_MAX_SCHEDULE_BYTES", "bytes", 2**40,
+              bounds="a schedule file, read or written (generate never writes one that could not be read back)"),
+        Limit("max_message_bytes", PIB, "SYNTH_MAX_MESSAGE_BYTES", "bytes", 2**62, default_text="1 PiB",
+              bounds="a message size (`--size`, `--max-bytes`, sweep sizes)"),
+        Limit("max_sweep_rows", 100_000, "SYNTH_MAX_SWEEP_ROWS", "rows", 1e10,
+              bounds="points x sizes of one sweep, counted before the grid is expanded"),
+        Limit("max_verify_steps", 200_000_000, "SYNTH_MAX_VERIFY_STEPS", "steps", 1e13,
+              bounds="the verifier's search proving each cell's accesses ordered"),
+        Limit("max_graph_work", 2_000_000_000, "SYNTH_MAX_GRAPH_WORK", "steps", 1e15,
+              bounds="max-flow work of the exact bounds and the tree packing"),
+        Limit("max_tree_arcs", 20_000_000, "SYNTH_MAX_TREE_ARCS", "tree arcs", 1e10,
+              bounds="arcs of a forest plan's trees, planned or read in the trees form"),
         Limit("max_memory_bytes", 0, "SYNTH_MAX_MEMORY_BYTES", "bytes of memory", 2**50,
-              default_from=memory_available),
+              default_from=memory_available,
+              bounds=f"memory a command is about to use, estimated before the work ({BYTES_PER_TRANSFER:,} B per "
+                     f"transfer, {BYTES_PER_TREE_ARC} B per tree arc, {BYTES_PER_INPUT_BYTE} B per byte of a "
+                     "document read)",
+              default_text="3/4 of the least of the machine's memory, `ulimit -v` / `-d` and the cgroup's "
+                           "`memory.max`"),
     )
 }
+
+
+def table() -> str:
+    """Every limit as one Markdown table (limit, default, variable, what it bounds): the README's.
+
+    Examples
+    --------
+    >>> table().splitlines()[2].split(" | ")[:3]
+    ['| `max_transfers`', '4,000,000 transfers', '`SYNTH_MAX_TRANSFERS`']
+    """
+    lines = ["| limit | default | variable | what it bounds |", "|---|---|---|---|"]
+    for limit in LIMITS.values():
+        default = limit.default_text or _default_words(limit)
+        lines.append(f"| `{limit.name}` | {default} | `{limit.env}` | {limit.bounds} |")
+    return "\n".join(lines) + "\n"
+
+
+def _default_words(limit: Limit) -> str:
+    if limit.unit == "bytes":
+        from synth.units import format_size
+
+        return format_size(int(limit.default), sep=" ")
+    return f"{_count(limit.default)} {limit.unit}"
 
 
 def limit_value(name: str) -> float:

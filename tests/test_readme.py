@@ -207,6 +207,16 @@ def test_budget_checks_catch_a_dated_line():
     assert not DATED.search("schedule/2 at 1024x2048, 1-2 ms")
 
 
+def test_the_readme_lists_every_limit_as_the_code_has_it():
+    """One table of every limit, its default, its variable and what it bounds, written from synth.limits."""
+    from synth import limits
+    from synth.cli import reference
+
+    block = reference.between(README.read_text(encoding="utf-8"), reference.LIMITS_BEGIN, reference.LIMITS_END)
+    assert block == limits.table(), "README's limits table is stale: python -m synth.cli.reference --write"
+    assert all(f"`{limit.env}`" in block and limit.bounds for limit in limits.LIMITS.values())
+
+
 def test_cli_reference_equals_the_commands_help():
     from synth.cli import reference
 

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 FULL = ROOT / "docs" / "cli.md"
 BEGIN, END = "<!-- cli-reference -->", "<!-- /cli-reference -->"
+#: The README's table of limits (:func:`synth.limits.table`).
+LIMITS_BEGIN, LIMITS_END = "<!-- limits -->", "<!-- /limits -->"
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     """Print the reference, or with ``--write`` rewrite README.md's block and docs/cli.md."""
     args = sys.argv[1:] if argv is None else argv
     if args == ["--write"]:
-        README.write_text(splice(README.read_text(encoding="utf-8"), summary()), encoding="utf-8")
+        from synth.limits import table
+
+        text = splice(README.read_text(encoding="utf-8"), summary())
+        README.write_text(splice(text, table(), LIMITS_BEGIN, LIMITS_END), encoding="utf-8")
         FULL.write_text(full(), encoding="utf-8")
-        print(f"wrote {README.name}'s CLI reference and {FULL.relative_to(ROOT)}")
+        print(f"wrote {README.name}'s CLI reference and limits, and {FULL.relative_to(ROOT)}")
         return 0
     if args:
         print("usage: python -m synth.cli.reference [--write]", file=sys.stderr)
