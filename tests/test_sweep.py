@@ -141,6 +141,10 @@ def test_a_spec_sweeps_the_users_topology_files_and_library_specs(tmp_path):
     edited = load_spec(write_spec(tmp_path, data))
     assert edited.points[0].point_id != sweep.points[0].point_id
     assert edited.points[2].point_id == sweep.points[2].point_id
+    real = load_spec(write_spec(tmp_path, {**data, "topology": ["fabrics/mine.json@achievable"]}))
+    rows, line_rows = run_point(real.points[0], real.sizes), run_point(edited.points[0], edited.sizes)
+    assert rows[0]["status"] == OK and rows[0]["topology"] == "fabrics/mine.json@achievable"
+    assert rows[0]["time_s"] > line_rows[0]["time_s"] * 1.05  # the same file's ring at achievable rates
 
 
 @pytest.mark.parametrize("change, field, words", [

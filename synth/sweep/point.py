@@ -32,9 +32,14 @@ def _build_topology(builder: str, params_json: str) -> Topology:
 
 @lru_cache(maxsize=32)
 def _fixed_topology(name: str, document: str | None) -> Topology:
-    """A fixed topology of a sweep: its file's document, or the library spec ``name``."""
+    """A fixed topology of a sweep: its file's document (at achievable rates where ``name`` ends in
+    ``@achievable``), or the library spec ``name``."""
     if document is not None:
-        return Topology.from_dict(json.loads(document), source=name)
+        from synth.library.achievable import achievable, split_suffix
+
+        topology = Topology.from_dict(json.loads(document), source=name)
+        network = split_suffix(name)[1]
+        return topology if network is None else achievable(topology, network=network)
     from synth.library import load_topology
 
     return load_topology(name)

@@ -191,14 +191,21 @@ def _quoted(topology: str | list[str]) -> str:
 
 def _fixed_topology(name: str, source: str, where: str) -> Fixed:
     """A fixed topology of the spec, checked now: a ``.json``/``.yaml`` file (a relative path is taken from
-    the spec file's folder, then as a shipped topology file) or a library spec such as ``dgx-a100:boxes=2``."""
+    the spec file's folder, then as a shipped topology file) or a library spec such as ``dgx-a100:boxes=2``;
+    either may end in ``@achievable``."""
     from synth.documents import read_document
     from synth.library import load_topology
     from synth.topology import Topology
 
+    from synth.library.achievable import split_suffix
+
     if not name.strip():
         raise InputError(source, where, "expected a topology file or library name, got an empty string")
-    path = Path(name)
+    try:
+        base, _ = split_suffix(name)  # FILE@achievable: the file is found as FILE is
+    except InputError as error:
+        raise InputError(source, where, error.problem) from None
+    path = Path(base)
     if path.suffix.lower() in (".json", ".yaml", ".yml"):
         local = path if path.is_absolute() or not source else Path(source).parent / path
         if local.is_file():
