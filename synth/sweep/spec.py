@@ -195,9 +195,8 @@ def _fixed_topology(name: str, source: str, where: str) -> Fixed:
     either may end in ``@achievable``."""
     from synth.documents import read_document
     from synth.library import load_topology
-    from synth.topology import Topology
-
     from synth.library.achievable import split_suffix
+    from synth.topology import Topology
 
     if not name.strip():
         raise InputError(source, where, "expected a topology file or library name, got an empty string")
