@@ -182,6 +182,10 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
     ' torus:dims=3x3 has no NVLink boxes with NIC rails'
     >>> baseline_description(load_topology("dgx-h100"), version="2.16")[:26]
     'nccl: what NCCL 2.16 would'
+    >>> hosts = Topology.build("hosts", ["g0", "g1", "g2"], ["ib"], [(g, "ib", 25.0) for g in ("g0", "g1", "g2")],
+    ...                        boxes=(0, 1, 2))
+    >>> "PAT" in baseline_description(hosts)
+    True
     """
     from synth.algorithms.nccl import (
         DEFAULT_VERSION,
@@ -209,9 +213,12 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
     if boxes:
         return (f"nccl: what NCCL {release} would run: rail-aware ring channels or its double binary tree{also}, "
                 "and the protocol, chosen per size by its tuning model")
+    single = topology.boxes is not None and len(set(topology.boxes)) == topology.num_ranks and key != "2.16"
+    caveat = (f"; every gpu is its own box, where NCCL {release} runs PAT for allgather and reduce-scatter at "
+              "small sizes, which synth does not model (there the baseline may be slower than NCCL)") if single else ""
     return (f"nccl: what NCCL {release} would run; {topology.name} has no NVLink boxes with NIC rails, so that is "
             f"NCCL's ring (and, for allreduce, its tree) over the fabric{' or ' + ', '.join(extras) if extras else ''}, "
-            "protocol by its tuning model")
+            f"protocol by its tuning model{caveat}")
 
 
 def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], algorithms: Iterable[str] | None = None,
