@@ -82,11 +82,22 @@ class Skipped:
 def lower_bound(topology: Topology, kind: Kind, demand: Any = None, shards: Any = None) -> TimeBound | None:
     """The topology's proven lower bound on time for ``kind`` (:func:`synth.bounds.time_bound`; alltoallv
     for ``demand``, allgather and reduce-scatter for uneven ``shards``), or None when none can be computed
-    (a limit, an LP failure)."""
+    (a limit, an LP failure). On a fabric at achievable rates (``SPEC@achievable``) it is the bound of its
+    line rates (:func:`synth.library.achievable.line_rate`): the hardware cannot beat it.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> line = lower_bound(load_topology("dgx-a100:boxes=2"), Kind.ALLGATHER)
+    >>> real = lower_bound(load_topology("dgx-a100:boxes=2@achievable"), Kind.ALLGATHER)
+    >>> line.seconds_per_byte == real.seconds_per_byte  # the same bandwidth term; NCCL's latencies
+    True
+    """
     from synth.bounds import time_bound
+    from synth.library.achievable import line_rate
 
     try:
-        return time_bound(topology, kind, demand=demand, shards=shards)
+        return time_bound(line_rate(topology), kind, demand=demand, shards=shards)
     except SynthError:
         return None
 

@@ -414,9 +414,13 @@ class JointBound:
 
 
 def joint_bound(topology: Topology, job: Job) -> JointBound:
-    """The job's joint lower bound on ``topology`` (see the module doc and :class:`JointBound`)."""
+    """The job's joint lower bound on ``topology`` (see the module doc and :class:`JointBound`), on its
+    links' line rates where it is at achievable rates (:func:`synth.library.achievable.line_rate`)."""
     from synth.bounds import time_bound
     from synth.cuts.network import INFINITY, FlowSolver, Network
+    from synth.library.achievable import line_rate
+
+    topology = line_rate(topology)
 
     alone: list[float] = []
     labels: list[str] = []

@@ -9,6 +9,7 @@ import pytest
 from helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import topologies
 
 from synth import Kind, load_topology, synthesize, verify
 from synth.evaluate import evaluate
@@ -20,6 +21,7 @@ from synth.library.achievable import (
     SCALE_UP,
     SCALE_UP_STEP_US,
     achievable,
+    line_rate,
     link_classes,
     split_suffix,
 )
@@ -152,3 +154,38 @@ def test_a_schedule_made_at_line_rate_runs_on_the_same_fabric_at_achievable_rate
     assert "links: at their line rates" in " ".join(plain.out.split())
     other = run_cli(["evaluate", "ar.json", "-t", "dgx-a100:boxes=3@achievable", "-s", "1GiB"], capsys, monkeypatch)
     assert other.code == 2 and "different topology" in other.err
+
+
+@settings(max_examples=40, deadline=None)
+@given(topologies(max_gpus=6, max_switches=2), st.sampled_from(["ib", "efa"]))
+def test_the_bound_on_achievable_rates_is_the_line_rate_bound(topology, network):
+    """A bound is one the hardware cannot beat: on a fabric at achievable rates every link gets back at least
+    its line rate (exactly, where it has at most 9 decimals), and the bounds' bandwidth terms are the
+    line-rate fabric's, never above them."""
+    from synth.bounds import time_bound
+    from synth.compare import lower_bound
+
+    real = achievable(topology, network=network)
+    back = line_rate(real)
+    for src, dst, data in topology.graph.edges(data=True):
+        restored = back.bandwidth(src, dst)
+        assert restored >= data["bandwidth"]
+        if (Fraction(repr(data["bandwidth"])) * 10**9).denominator == 1:
+            assert restored == data["bandwidth"]
+    assert line_rate(topology) is topology
+    for kind in (Kind.ALLGATHER, Kind.ALLREDUCE):
+        line = time_bound(topology, kind)
+        rated = lower_bound(real, kind)
+        assert rated is not None and rated.seconds_per_byte <= line.seconds_per_byte
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100:boxes=2", "dgx-h100:boxes=2", "mi250:boxes=2", "tpu-v4:dims=2x2x4"])
+def test_bound_prints_the_line_rate_figures_for_an_achievable_fabric(spec, capsys, monkeypatch):
+    line = run_cli(["bound", spec, "--json"], capsys, monkeypatch)
+    real = run_cli(["bound", f"{spec}@achievable", "--json"], capsys, monkeypatch)
+    assert line.code == real.code == 0
+    line_data, real_data = json.loads(line.out), json.loads(real.out)
+    for key in ("allgather_seconds_per_byte", "allgather_algbw_GBps", "allreduce_bound_algbw_GBps"):
+        assert real_data[key] == line_data[key]
+    shown = run_cli(["bound", f"{spec}@achievable"], capsys, monkeypatch)
+    assert "bounds at the links' line rates" in " ".join(shown.out.split())

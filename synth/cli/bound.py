@@ -80,8 +80,13 @@ def bound(
     where switches reduce); ``--no-switch-reduction`` gives the passive-switch figures."""
     from synth.algorithms.forest.plan import unbalanced_switches
     from synth.bounds import algbw_bound, limited_trees, optimal_bound
+    from synth.library.achievable import line_rate
 
-    topo = group_argument(topology_argument(topology), group)
+    given = group_argument(topology_argument(topology), group)
+    topo = line_rate(given)  # a bound the hardware cannot beat
+    if topo is not given and not as_json:
+        console.print(f"[dim]bounds at the links' line rates: {shown(given.name)}'s achievable rates model what a "
+                      "runtime reaches, not what the links allow[/dim]")
     topo = topo.passive() if no_switch_reduction else topo
     kind = parse_kind(collective, field="--collective")
     chunked = demand_argument(demand, kind, topo, chunks)

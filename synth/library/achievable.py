@@ -173,3 +173,48 @@ def link_rates_note(topology: Topology) -> str:
                 "fitted to public nccl-tests runs (docs/calibration.md)")
     return ("links: at their line rates (the ideal α-β model); runtimes reach less (NVLink about 80%): append "
             "@achievable to the topology for the rates public nccl-tests runs measure (docs/calibration.md)")
+
+
+def line_rate(topology: Topology) -> Topology:
+    """The same fabric at its links' line rates: ``topology`` itself, or, for one at achievable rates
+    (``SPEC@achievable``, a process group of one included), every link's bandwidth divided back by its
+    class's fraction. The bounds synth rates schedules against use it (:func:`synth.compare.lower_bound`,
+    ``synth bound``), so that a bound is one the hardware cannot beat: achievable rates model what a
+    runtime reaches, not what the links allow. Where the division is not exact in 9 decimals, the
+    bandwidth is rounded up (a bound from a larger bandwidth is lower, so it stays a bound). The
+    latencies stay the achievable topology's (NCCL's per-step figures).
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> line, real = load_topology("dgx-h100:boxes=2"), load_topology("dgx-h100:boxes=2@achievable")
+    >>> line_rate(real).bandwidth("b0.gpu0", "b0.nvs") == line.bandwidth("b0.gpu0", "b0.nvs") == 450.0
+    True
+    >>> line_rate(line) is line
+    True
+    """
+    recorded = topology.metadata.get("achievable")
+    if not isinstance(recorded, Mapping):
+        return topology
+    return topology.memoized(__name__, "line rate", lambda: _undone(topology, recorded))
+
+
+def _undone(topology: Topology, recorded: Mapping[str, Any]) -> Topology:
+    """``topology`` with its achievable fractions divided back out of every link (see :func:`line_rate`)."""
+    import math
+
+    fractions = {name: Fraction(str(value)) for name, value in recorded.items() if name != "network"}
+    graph = nx.DiGraph(topology.graph)
+    for (src, dst), link_class in link_classes(topology).items():
+        data = graph.edges[src, dst]
+        derated = Fraction(repr(float(data["bandwidth"])))
+        exact = derated / fractions[link_class]
+        if (exact * 10**9).denominator == 1:
+            data["bandwidth"] = float(exact)
+        else:  # the line rate had more than 9 decimals: round up, so a bound from it stays a bound
+            upper = (derated + Fraction(1, 2 * 10**9)) / fractions[link_class]
+            data["bandwidth"] = math.nextafter(float(upper), math.inf)
+    metadata = {key: value for key, value in topology.metadata.items()
+                if key not in ("achievable", LINE_RATE_KEY, NETWORK_OVERHEAD_KEY)}
+    base, _ = split_suffix(topology.name)
+    return dataclasses.replace(topology, name=base, graph=nx.freeze(graph), metadata=metadata)
