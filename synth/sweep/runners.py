@@ -122,8 +122,10 @@ class _DaskRunner:
                                  f"(waited {connect_timeout:g} s)") from None
             self.name = scheduler
         else:
+            # CRITICAL: a worker losing its scheduler while an interrupted sweep shuts down logs an ERROR with
+            # a traceback; what a failed task says reaches the results' error column instead
             self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)
+                                        dashboard_address=None, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster)
             self.name = "local"
         self.workers = sum(self.client.nthreads().values()) if scheduler else workers
