@@ -641,7 +641,7 @@ class ScheduleForm(Protocol):
     """What both forms of a schedule offer, so that a consumer never asks which form it holds: the
     transfers form (:class:`Schedule`) and the trees form (:class:`synth.trees.TreeSchedule`).
 
-    The judges (:func:`synth.verify.verify`, :func:`synth.evaluate.congestion`) take either form and pick
+    The judges (:func:`synth.verify_trees.verify_any`, :func:`synth.evaluate.congestion`) take either form and pick
     the method for it; ``held`` says whether the transfers are in memory (False: the trees form makes them
     one at a time, for consumers that stream), and :meth:`expand` gives the transfers form of either.
     """
