@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import Table, peak_memory, timed  # noqa: E402
-from synth.algorithms.forest import forest, plan  # noqa: E402
+from synth.algorithms.forest import forest  # noqa: E402
 from synth.collectives import Kind  # noqa: E402
 from synth.cuts.allgather import cut_bound, lcd_trees, optimal_tree_counts  # noqa: E402
 from synth.cuts.network import Network  # noqa: E402
@@ -130,7 +130,7 @@ FORESTCOLL_MAX_GPUS = 127
 
 
 def full_schedule(topo: Topology):
-    plan._CACHE.clear()
+    topo.memo.clear()  # everything from scratch: routes, the bound, the plan
     return forest(topo, Kind.ALLGATHER)
 
 

@@ -51,7 +51,7 @@ def measure(spec: str, form: str | None) -> dict:
     from synth.algorithms.forest import forest, forest_trees
     from synth.bounds import optimal_bound
     from synth.collectives import Kind
-    from synth.evaluate import congestion, tree_congestion
+    from synth.evaluate import congestion
     from synth.library import load_topology
     from synth.verify import verify
     from synth.verify_trees import verify_trees
@@ -81,7 +81,7 @@ def measure(spec: str, form: str | None) -> dict:
                    transfers=trees.num_transfers())
         wall = time.perf_counter()
         verify_trees(trees, topo)
-        assert tree_congestion(trees, topo).seconds_per_byte == optimum, "the schedule misses the bound"
+        assert congestion(trees, topo).seconds_per_byte == optimum, "the schedule misses the bound"
         row.update(verified=True, verify_s=time.perf_counter() - wall, file_mib=len(trees.to_json()) / 2**20)
     row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
