@@ -367,11 +367,7 @@ def simulate_detailed(schedule: ScheduleForm, topology: Topology, size: int, pla
     ``engine``: ``"compiled"`` (numba) or ``"reference"`` (numpy, :mod:`synth.flow_reference`); both give
     the same result to the last digit.
     """
-    if engine == "reference":
-        from synth.flow_reference import simulate_reference
-
-        return simulate_reference(schedule, topology, size, plan, cutoff, work_limit)
-    if engine != "compiled":
+    if engine not in ("compiled", "reference"):
         raise InputError("", "engine", f"unknown flow engine {engine!r}; expected compiled or reference")
     count, transfers = _transfers(schedule)
     base = fixed_latency_s(topology, plan)
@@ -383,6 +379,10 @@ def simulate_detailed(schedule: ScheduleForm, topology: Topology, size: int, pla
         assert work_limit is not None
         return _work_limit_error(schedule, size, plan, work_limit, events)
 
+    if engine == "reference":
+        from synth.flow_reference import run_reference
+
+        return run_reference(classes, dep_counts, dep_flat, np.array([base]), cutoff, work_limit, over_limit)[0]
     return _run_compiled(classes, dep_counts, dep_flat, np.array([base]), cutoff, work_limit, over_limit)[0]
 
 

@@ -42,13 +42,10 @@ from synth.flow import (
     MEMO_BYTES,
     FlowResult,
     _Classes,
-    _classes,
     _csr,
     _shared_classes,
     _stall_error,
-    _transfers,
-    _work_limit_error,
-    fixed_latency_s,
+    simulate_detailed,
 )
 from synth.plan import Plan
 from synth.schedule import ScheduleForm
@@ -163,17 +160,7 @@ def _gather(pointer: np.ndarray, flat: np.ndarray, rows: np.ndarray) -> tuple[np
 def simulate_reference(schedule: ScheduleForm, topology: Topology, size: int, plan: Plan,
                        cutoff: float | None = None, work_limit: int | None = None) -> FlowResult:
     """:func:`synth.flow.simulate_detailed` by the reference engine (same arguments, same result)."""
-    count, transfers = _transfers(schedule)
-    base = fixed_latency_s(topology, plan)
-    if count == 0:
-        return FlowResult(0.0, 0, 0)
-    classes, dep_counts, dep_flat = _classes(transfers, count, topology, plan, schedule)
-
-    def over_limit(events: int) -> Exception:
-        assert work_limit is not None
-        return _work_limit_error(schedule, size, plan, work_limit, events)
-
-    return run_reference(classes, dep_counts, dep_flat, np.array([base]), cutoff, work_limit, over_limit)[0]
+    return simulate_detailed(schedule, topology, size, plan, cutoff, work_limit, engine="reference")
 
 
 def run_reference(classes: _Classes, dep_counts: np.ndarray, dep_flat: np.ndarray, part_base: np.ndarray,
