@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 from bench import Table, over_budget, timed  # noqa: E402
 from synth.algorithms import REGISTRY, synthesize  # noqa: E402
 from synth.algorithms.mcf import mcf  # noqa: E402
-from synth.algorithms.milp import milp  # noqa: E402
+from synth.choose.milp import choose as milp  # noqa: E402
 from synth.collectives import Kind  # noqa: E402
 from synth.cuts.alltoall import alltoall_cut_bound, solve_alltoall_lp  # noqa: E402
 from synth.evaluate import GIGA, congestion, evaluate  # noqa: E402

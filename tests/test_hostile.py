@@ -150,20 +150,10 @@ def test_milp_reads_solver_seconds(monkeypatch):
     monkeypatch.setenv("SYNTH_SOLVER_SECONDS", "3")
     assert limits.solver_time_limit(None, default=10.0) == 3.0
     assert limits.solver_time_limit(7.0, default=10.0) == 7.0
-    from synth.algorithms import milp as milp_module
-
-    seen = []
-    original = milp_module._synthesize
-
-    def spy(topology, coll, settings, order_deps):
-        seen.append(settings.time_limit_s)
-        return original(topology, coll, settings, order_deps)
-
-    monkeypatch.setattr(milp_module, "_synthesize", spy)
+    from synth.algorithms.milp import prepare
     from synth.collectives import Kind
 
-    milp_module.milp(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096)
-    assert seen == [3.0]
+    assert prepare(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096).settings.time_limit_s == 3.0
 
 
 @pytest.mark.parametrize("value, expect", [("chunks=1e400", "expected a finite number"),

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from strategies import topologies
 
 from synth import Kind, load_topology, synthesize, verify
-from synth.algorithms.milp import Progress, milp
+from synth.algorithms.milp import Progress, construct, prepare
 from synth.algorithms.milp_sketch import Sketch, load_sketch
+from synth.choose.milp import choose
 from synth.errors import InfeasibleError, InputError, LimitError
 from synth.evaluate import evaluate
 
@@ -35,7 +36,7 @@ def ndv2():
 @pytest.mark.parametrize("size", [1024, 65536])
 def test_allgather_beats_ring_at_small_sizes(spec, size):
     topology = load_topology(spec)
-    schedule = milp(topology, Kind.ALLGATHER, size=size, **FAST)
+    schedule = choose(topology, Kind.ALLGATHER, size=size, **FAST)
     verify(schedule, topology)
     ring = synthesize(topology, Kind.ALLGATHER, "ring")
     ours, theirs = evaluate(schedule, topology, size).time_s, evaluate(ring, topology, size).time_s
@@ -46,14 +47,14 @@ def test_allgather_beats_ring_at_small_sizes(spec, size):
 
 @pytest.mark.parametrize("kind", [Kind.REDUCESCATTER, Kind.ALLREDUCE])
 def test_reducing_collectives_beat_ring_at_1kb(dgx1, kind):
-    schedule = milp(dgx1, kind, size=1024, **FAST)
+    schedule = choose(dgx1, kind, size=1024, **FAST)
     verify(schedule, dgx1)
     ring = synthesize(dgx1, kind, "ring")
     assert evaluate(schedule, dgx1, 1024).time_s < evaluate(ring, dgx1, 1024).time_s
 
 
 def test_small_allgather_is_proven_optimal_in_epochs(dgx1):
-    schedule = milp(dgx1, Kind.ALLGATHER, size=1024, **FAST)
+    schedule = choose(dgx1, Kind.ALLGATHER, size=1024, **FAST)
     params = schedule.params
     # DGX-1's diameter is two NVLink hops: two epochs, and nothing can do better
     assert params["epochs"] == params["lower_bound_epochs"] == 2
@@ -71,7 +72,7 @@ def test_every_collective_verifies(dgx1, kind):
 
 
 def test_reduce_scatter_chains_reductions_into_one_cell(dgx1):
-    schedule = milp(dgx1, Kind.REDUCESCATTER, size=1024, **FAST)
+    schedule = choose(dgx1, Kind.REDUCESCATTER, size=1024, **FAST)
     verify(schedule, dgx1)
     writers: dict[tuple[int, int], list[int]] = {}
     for t in schedule.transfers:
@@ -84,8 +85,8 @@ def test_reduce_scatter_chains_reductions_into_one_cell(dgx1):
                                           ("dgx1", Kind.REDUCESCATTER)])     # CP-SAT, both stages
 def test_same_input_and_seed_give_the_same_bytes(spec, kind):
     topology = load_topology(spec)
-    first = milp(topology, kind, size=4096, seed=7, **FAST)
-    second = milp(topology, kind, size=4096, seed=7, **FAST)
+    first = choose(topology, kind, size=4096, seed=7, **FAST)
+    second = choose(topology, kind, size=4096, seed=7, **FAST)
     assert first.to_json() == second.to_json()
     assert first.params["seed"] == 7
 
@@ -93,7 +94,7 @@ def test_same_input_and_seed_give_the_same_bytes(spec, kind):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topologies(max_gpus=5, max_switches=2), st.sampled_from(list(Kind)[:4]), st.sampled_from([512, 1 << 20]))
 def test_random_topologies_verify(topology, kind, size):
-    schedule = milp(topology, kind, size=size, time_limit_s=0.2, progress=None)
+    schedule = choose(topology, kind, size=size, time_limit_s=0.2, progress=None)
     verify(schedule, topology)
     assert schedule.params["epochs"] >= schedule.params["lower_bound_epochs"] >= 1
 
@@ -118,7 +119,7 @@ def test_random_process_groups_verify_and_never_beat_the_group_bound(spec, data)
     except NotApplicable:
         assume(False)
         return
-    schedule = milp(view, kind, size=size, time_limit_s=0.2, progress=None)
+    schedule = choose(view, kind, size=size, time_limit_s=0.2, progress=None)
     assert tuple(schedule.ranks) == tuple(members)
     verify(schedule, view)
     verify(schedule, fabric)
@@ -128,7 +129,7 @@ def test_random_process_groups_verify_and_never_beat_the_group_bound(spec, data)
 # --------------------------------------------------------------------------- limits and timing
 def test_time_out_returns_the_best_found_with_its_gap(dgx1):
     # alltoall at 1 MB on DGX-1 is not solved by the greedy start; a tiny budget stops CP-SAT early
-    schedule = milp(dgx1, Kind.ALLTOALL, size=1 << 20, time_limit_s=0.05, cpsat="always", progress=None)
+    schedule = choose(dgx1, Kind.ALLTOALL, size=1 << 20, time_limit_s=0.05, cpsat="always", progress=None)
     verify(schedule, dgx1)
     params = schedule.params
     assert params["epochs"] > params["lower_bound_epochs"]
@@ -141,16 +142,16 @@ def test_too_large_is_refused_up_front_with_the_estimate(dgx1, monkeypatch):
     monkeypatch.setenv("SYNTH_MAX_MILP_VARIABLES", "1000")
     with pytest.raises(LimitError, match=r"milp alltoall on dgx1 \(time-indexed model.* 3,452 variables, over the "
                                          r"limit of 1,000 \(SYNTH_MAX_MILP_VARIABLES\)"):
-        milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", **FAST)
+        choose(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", **FAST)
     with pytest.raises(LimitError, match=r"milp alltoall on dgx1 \(split model.* variables, over the limit of 1,000"):
-        milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="greedy", **FAST)
+        choose(dgx1, Kind.ALLTOALL, size=1 << 20, routing="greedy", **FAST)
     # the greedy alone builds no model, so nothing is refused
-    assert milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", **FAST).params["result"] == "greedy"
+    assert choose(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", **FAST).params["result"] == "greedy"
 
 
 def test_progress_reaches_a_callback(dgx1):
     events: list[Progress] = []
-    milp(dgx1, Kind.REDUCESCATTER, size=1024, time_limit_s=1.0, progress=events.append)
+    choose(dgx1, Kind.REDUCESCATTER, size=1024, time_limit_s=1.0, progress=events.append)
     phases = [event.phase for event in events]
     assert phases[0] == "greedy" and phases[-1] == "done"
     assert events[-1].best_epochs is not None
@@ -158,7 +159,7 @@ def test_progress_reaches_a_callback(dgx1):
 
 # ----------------------------------------------------------------------------------- sketches
 def test_sketch_with_rotational_symmetry(ndv2):
-    schedule = milp(ndv2, Kind.ALLGATHER, size=65536, sketch=NDV2_RELAY_SKETCH, **FAST)
+    schedule = choose(ndv2, Kind.ALLGATHER, size=65536, sketch=NDV2_RELAY_SKETCH, **FAST)
     verify(schedule, ndv2)
     assert schedule.params["sketch"] == "ndv2-pairs"
     moves = {(t.src, t.dst, t.chunk) for t in schedule.transfers}
@@ -175,16 +176,16 @@ def test_sketch_with_rotational_symmetry(ndv2):
 def test_sketch_file_and_fixed_chunks(ndv2, tmp_path):
     path = tmp_path / "sketch.json"
     path.write_text(json.dumps({**NDV2_RELAY_SKETCH, "chunks": 32}))
-    schedule = milp(ndv2, Kind.ALLGATHER, size=1 << 20, sketch=str(path), **FAST)
+    schedule = choose(ndv2, Kind.ALLGATHER, size=1 << 20, sketch=str(path), **FAST)
     verify(schedule, ndv2)
     assert schedule.chunks == 32
 
 
 def test_infeasible_sketch_is_a_clear_error(ndv2):
     with pytest.raises(InfeasibleError, match=r"unreachable from rank .* allow more relays"):
-        milp(ndv2, Kind.ALLGATHER, size=1024, sketch={"relays": []}, **FAST)
+        choose(ndv2, Kind.ALLGATHER, size=1024, sketch={"relays": []}, **FAST)
     with pytest.raises(InfeasibleError, match="raise 'epochs'"):
-        milp(ndv2, Kind.ALLGATHER, size=1024, sketch={"epochs": 2}, **FAST)
+        choose(ndv2, Kind.ALLGATHER, size=1024, sketch={"epochs": 2}, **FAST)
 
 
 @pytest.mark.parametrize(("document", "field"), [
@@ -209,22 +210,22 @@ def test_misspelt_sketch_key_is_named_with_the_known_ones():
 
 def test_sketch_that_does_not_fit_the_topology(dgx1, ndv2):
     with pytest.raises(InputError, match="records no boxes"):
-        milp(dgx1, Kind.ALLGATHER, sketch={"relays": [0]}, **FAST)
+        choose(dgx1, Kind.ALLGATHER, sketch={"relays": [0]}, **FAST)
     with pytest.raises(InputError, match="out of range"):
-        milp(ndv2, Kind.ALLGATHER, sketch={"relays": [9]}, **FAST)
+        choose(ndv2, Kind.ALLGATHER, sketch={"relays": [9]}, **FAST)
     with pytest.raises(InputError, match="fixes chunks=32"):
-        milp(ndv2, Kind.ALLGATHER, chunks=16, sketch={"chunks": 32}, **FAST)
+        choose(ndv2, Kind.ALLGATHER, chunks=16, sketch={"chunks": 32}, **FAST)
     with pytest.raises(InputError, match="no such sketch file"):
         load_sketch("/nonexistent/sketch.json")
 
 
 def test_bad_options(dgx1):
     with pytest.raises(InputError, match="size"):
-        milp(dgx1, Kind.ALLGATHER, size="lots", **FAST)
+        choose(dgx1, Kind.ALLGATHER, size="lots", **FAST)
     with pytest.raises(InputError, match="order_deps"):
-        milp(dgx1, Kind.ALLGATHER, order_deps="sometimes", **FAST)
+        choose(dgx1, Kind.ALLGATHER, order_deps="sometimes", **FAST)
     with pytest.raises(InputError, match="time_limit_s"):
-        milp(dgx1, Kind.ALLGATHER, time_limit_s=-1, progress=None)
+        choose(dgx1, Kind.ALLGATHER, time_limit_s=-1, progress=None)
 
 
 def test_cli_generate_with_a_sketch(tmp_path, capsys, monkeypatch):
@@ -253,7 +254,7 @@ def test_ndv2_1gb_allgather_is_proven_optimal_in_the_epoch_model(ndv2):
     1.25 ms epoch, so the last first crossing starts at epoch 31 and lands at 32; the copies of that last
     chunk landing by then reach at most 1 + 4 gpus within one more NVLink epoch (a DGX-1 gpu has 4 NVLink
     peers) and 1 + 1 more, 6 < 8, so 34 epochs are needed: the greedy plan's 34 is optimal."""
-    schedule = milp(ndv2, Kind.ALLGATHER, size=10**9, chunks=64, sketch=TACCL_SKETCH, cpsat="never", progress=None)
+    schedule = choose(ndv2, Kind.ALLGATHER, size=10**9, chunks=64, sketch=TACCL_SKETCH, cpsat="never", progress=None)
     verify(schedule, ndv2)
     params = schedule.params
     assert (params["result"], params["proved_by"], params["epochs"], params["lower_bound_epochs"]) == \
@@ -265,7 +266,7 @@ def test_ndv2_1gb_allgather_is_proven_optimal_in_the_epoch_model(ndv2):
 def test_cpsat_proves_and_improves_dgx1_alltoall(dgx1):
     """Alltoall of 1 MiB on DGX-1: the greedy plan takes 4 epochs; CP-SAT on the time-indexed model finds
     3 and proves that no schedule takes fewer; the result simulates faster than the greedy plan."""
-    schedule = milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", cpsat="always", time_limit_s=0.5,
+    schedule = choose(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", cpsat="always", time_limit_s=0.5,
                     progress=None)
     verify(schedule, dgx1)
     params = schedule.params
@@ -276,34 +277,34 @@ def test_cpsat_proves_and_improves_dgx1_alltoall(dgx1):
     assert params["simulated_us"] < params["greedy_us"]
     assert params["model"] == "time-indexed model" and params["variables"] > 0
     measured = evaluate(schedule, dgx1, 1 << 20).time_s * 1e6
-    greedy = milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None)
+    greedy = choose(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None)
     assert measured < evaluate(greedy, dgx1, 1 << 20).time_s * 1e6  # the evaluator agrees, if by less
     assert params["evaluated_us"]["result"] == pytest.approx(measured) and "synth's evaluator" in params["summary"]
 
 
 def test_greedy_results_say_why(dgx1):
-    never = milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None).params
+    never = choose(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None).params
     assert never["result"] == "greedy" and "cpsat=never" in never["why"]
     assert never["summary"].startswith("greedy plan: 4 epochs")
-    tiny = milp(dgx1, Kind.ALLTOALL, size=1 << 20, time_limit_s=0.1, progress=None).params
+    tiny = choose(dgx1, Kind.ALLTOALL, size=1 << 20, time_limit_s=0.1, progress=None).params
     assert tiny["result"] == "greedy" and "3,452-variable time-indexed model is too large for CP-SAT in 0.1 s" in tiny["why"]
     assert "3,452 variables" in tiny["summary"]
 
 
 def test_split_model_keeps_the_greedy_routes(dgx1):
-    schedule = milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="greedy", cpsat="always", time_limit_s=1.0,
+    schedule = choose(dgx1, Kind.ALLTOALL, size=1 << 20, routing="greedy", cpsat="always", time_limit_s=1.0,
                     progress=None)
     verify(schedule, dgx1)
     params = schedule.params
     assert params["model"].startswith("split model") and params["result"] in ("greedy", "improved", "optimal")
-    full = milp(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", routing="free", progress=None).params
+    full = choose(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", routing="free", progress=None).params
     assert params["variables"] < full["variables"]  # the split model is smaller than the time-indexed one
 
 
 def test_a_bigger_budget_never_returns_a_slower_schedule(dgx1):
     times = []
     for budget in (0.05, 0.3):
-        params = milp(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", cpsat="always", time_limit_s=budget,
+        params = choose(dgx1, Kind.ALLTOALL, size=1 << 20, routing="free", cpsat="always", time_limit_s=budget,
                       progress=None).params
         if params.get("stopped_by"):
             pytest.skip("the machine is too loaded for CP-SAT to finish its budget before the wall-clock cap")
@@ -312,7 +313,7 @@ def test_a_bigger_budget_never_returns_a_slower_schedule(dgx1):
 
 
 def test_allreduce_combines_its_phases(dgx1):
-    params = milp(dgx1, Kind.ALLREDUCE, size=1024, progress=None, time_limit_s=0.5).params
+    params = choose(dgx1, Kind.ALLREDUCE, size=1024, progress=None, time_limit_s=0.5).params
     phases = params["phases"]
     assert set(phases) == {"reducescatter", "allgather"}
     results = {phase["result"] for phase in phases.values()}
@@ -328,7 +329,7 @@ def test_lower_bound_never_exceeds_a_schedule(topology, size):
     """The combinatorial bound (with the spread of the last item across a box cut) is a true lower bound:
     on small random systems split into boxes it is never above the greedy plan, nor above an optimum
     CP-SAT proves on the time-indexed model."""
-    params = milp(topology, Kind.ALLGATHER, size=size, sketch={"box_size": 2}, routing="free", cpsat="always",
+    params = choose(topology, Kind.ALLGATHER, size=size, sketch={"box_size": 2}, routing="free", cpsat="always",
                   time_limit_s=0.5, progress=None).params
     assert params["combinatorial_bound_epochs"] <= params["greedy_epochs"]
     assert params["combinatorial_bound_epochs"] <= params["epochs"]
@@ -342,11 +343,11 @@ def test_default_time_limit_follows_synth_solver_seconds(monkeypatch):
     assert default_time_limit() == DEFAULT_TIME_LIMIT_S == 10.0
     monkeypatch.setenv("SYNTH_SOLVER_SECONDS", "3")
     assert default_time_limit() == 3.0
-    schedule = milp(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096, progress=None)
+    schedule = choose(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096, progress=None)
     assert schedule.params["time_limit_s"] == 3.0
     monkeypatch.setenv("SYNTH_SOLVER_SECONDS", "soon")
     with pytest.raises(InputError, match="SYNTH_SOLVER_SECONDS"):
-        milp(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096, progress=None)
+        choose(load_topology("ring:n=4"), Kind.ALLGATHER, size=4096, progress=None)
 
 
 def test_cli_generate_says_how_the_schedule_was_found(tmp_path, capsys, monkeypatch):
@@ -360,3 +361,47 @@ def test_cli_generate_says_how_the_schedule_was_found(tmp_path, capsys, monkeypa
     outcome = run_cli(["generate", "dgx1", "-c", "allgather", "-a", "milp", "-o", str(output), "-O", "size=1KiB"],
                       capsys, monkeypatch)
     assert outcome.code == 0 and "milp: proven optimal by the lower bound: 2 epochs" in outcome.out
+
+
+# -------------------------------------------------------------------- construction and choice
+@pytest.mark.parametrize("kind", [Kind.ALLGATHER, Kind.ALLTOALL, Kind.REDUCESCATTER, Kind.ALLREDUCE])
+def test_rule_construction_simulates_nothing_and_is_verified(dgx1, kind, monkeypatch):
+    import synth.flow
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the algorithm module simulated")
+
+    monkeypatch.setattr(synth.flow, "simulate", refuse)
+    monkeypatch.setattr(synth.flow, "simulate_detailed", refuse)
+    schedule = construct(prepare(dgx1, kind, size=1 << 20, **FAST))
+    monkeypatch.undo()
+    verify(schedule, dgx1)
+    params = schedule.params
+    assert "epoch_choice" not in params and "simulated_us" not in params
+    assert params["order_deps"] == "link"
+    # the rule's epoch is the finest candidate whose greedy plan fits max_epochs: the finest of all here
+    setup = next(prepare(dgx1, kind, size=1 << 20, **FAST).setups())
+    assert params["epoch_us"] == setup.epoch_lengths()[0]
+    assert construct(prepare(dgx1, kind, size=1 << 20, **FAST)).transfers == schedule.transfers
+
+
+@pytest.mark.parametrize("spec, kind, size", [("ndv2:boxes=2", Kind.ALLGATHER, 1024), ("dgx1", Kind.ALLTOALL, 1 << 20),
+                                              ("dgx1", Kind.ALLREDUCE, 1 << 20)])
+def test_choice_takes_the_fastest_epoch_it_simulated(spec, kind, size):
+    topology = load_topology(spec)
+    params = choose(topology, kind, size=size, cpsat="never", progress=None).params
+    phases = params.get("phases", {next(iter(params["epoch_choice"])): params})
+    for name, tried in params["epoch_choice"].items():
+        setup_epochs = {f"{epoch:.6g}" for epoch in next(
+            s for s in prepare(topology, kind, size=size).setups() if s.name == name).epoch_lengths()}
+        assert set(tried) <= setup_epochs and len(tried) >= 2
+        chosen = f"{phases[name]['epoch_us']:.6g}"
+        assert tried[chosen] == min(t for t in tried.values() if t is not None)
+
+
+def test_milp_through_the_selection_layer_is_the_choice(dgx1):
+    via_layer = synthesize(dgx1, Kind.ALLTOALL, "milp", size=1 << 20, cpsat="never", progress=None)
+    direct = choose(dgx1, Kind.ALLTOALL, size=1 << 20, cpsat="never", progress=None)
+    assert via_layer.transfers == direct.transfers and via_layer.params == direct.params
+    by_default = synthesize(dgx1, Kind.ALLTOALL, "milp", cpsat="never", progress=None)  # 1 MiB, milp's default
+    assert by_default.transfers == direct.transfers

@@ -25,8 +25,8 @@ starts when its reduction is complete).
 How it is solved
 ----------------
 1. A greedy plan (earliest-arrival routing with capacity reservation, three request orders) for each
-   candidate epoch length; the epoch and order whose plan *simulates* fastest (flow model at ``size``)
-   win. Its makespan is the horizon K and the solver's hint.
+   candidate epoch length (:meth:`PhaseSetup.epoch_lengths`); one epoch and order win (below: who
+   chooses). Its makespan is the horizon K and the solver's hint.
 2. A lower bound in epochs: the farthest target by delay; cut bounds (items that must leave a box, or
    enter a gpu, through links of limited capacity), and for a box, how long the last item to cross
    needs to reach every gpu on the other side from the few places its copies can land. If the greedy
@@ -46,11 +46,16 @@ How it is solved
    (``SYNTH_MAX_MILP_VARIABLES``) are refused before they are built (:class:`~synth.errors.LimitError`,
    with the count); with ``cpsat="auto"``, one over :data:`VARIABLES_PER_SECOND` x ``time_limit_s``
    variables is not run (CP-SAT could not load it in time) and the greedy plan is returned, saying so.
-4. The epoch model is coarse: every solution CP-SAT finds is kept, and of them and the greedy plan the
-   one that *simulates* fastest (synth's flow model at ``size``, chunk by chunk with the plain α-β
-   costs: :func:`synth.flow.simulate`) is the result. Transfers on a contended
-   link get deps that keep their planned order in a few *lanes* (``order_deps="link"``), or none
-   (``"none"``: they share the link); ``"auto"`` simulates both.
+4. Every solution CP-SAT finds is kept, and of them and the greedy plan the one a :class:`Rank` puts
+   first is the result. Transfers on a contended link get deps that keep their planned order in a few
+   *lanes* (``order_deps="link"``), or none (``"none"``: they share the link).
+
+Who chooses: this module constructs from explicit variants and compares them only in its epoch model
+(:func:`construct`, :class:`EpochModelRank`: the given epoch, else the finest that fits ``max_epochs``;
+the greedy order and the CP-SAT solution with the fewest epochs; ``order_deps="auto"`` builds
+``"link"``). The epoch model is coarse, so every command runs :mod:`synth.choose.milp` instead, which
+chooses the epoch, the order, the solution and the dependency variant by simulation (synth's flow model
+at ``size``, chunk by chunk with the plain α-β costs).
 
 What produced the result (``params``): ``result`` is ``"optimal"`` (``proved_by`` ``"bound"`` or
 ``"cp-sat"``: no schedule has fewer epochs), ``"improved"`` (a CP-SAT solution simulates faster than
@@ -58,7 +63,7 @@ the greedy plan) or ``"greedy"`` (``why`` says why: the model too large, nothing
 never); ``gap`` ((epochs - lower bound) / epochs, 0 = optimal in the epoch model), ``variables`` and
 ``model`` (the model CP-SAT solved or would have), ``greedy_epochs`` and ``greedy_us`` /
 ``simulated_us`` (the greedy plan's and the result's time in the flow model at chunk granularity, the
-α-β model the epochs approximate and the yardstick of every choice above), ``evaluated_us`` when the
+α-β model the epochs approximate and the yardstick of every choice; set by the choice), ``evaluated_us`` when the
 result is a CP-SAT plan (its time and the greedy plan's under synth's evaluator with the default plan
 rule: protocol, slices), and ``summary``, the one line ``synth generate`` prints. Allreduce has two
 phases (``phases``): its result is ``optimal`` if both are, ``improved`` if CP-SAT improved either,
@@ -94,12 +99,12 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import networkx as nx
 
@@ -111,6 +116,7 @@ from synth.algorithms.milp_instance import (
     Plan,
     best_greedy,
     build_instance,
+    greedy_rank,
     logical_links,
     rotation_of,
     send_window,
@@ -140,6 +146,8 @@ WALL_FACTOR = 10.0
 WALL_SLACK_S = 60.0
 #: Multiples of the fastest transfer tried as the epoch length.
 EPOCH_FACTORS = (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: The request orders of the greedy plans.
+GREEDY_ORDERS = ("interleave", "near", "item")
 FULL_MODEL = "time-indexed model"
 SPLIT_MODEL = "split model (routing from the greedy plans, ordering by CP-SAT)"
 ROUTINGS = ("auto", "free", "greedy")
@@ -206,7 +214,9 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
          time_limit_s: float | None = None, seed: int = 0, workers: int = 1,
          epoch_us: float | None = None, max_epochs: int = DEFAULT_MAX_EPOCHS, order_deps: str = "auto",
          cpsat: str = "auto", routing: str = "auto", progress: ProgressFunction | None = None) -> Schedule:
-    """Time-indexed schedule for allgather, alltoall, reduce-scatter or allreduce (see the module notes).
+    """Time-indexed schedule for allgather, alltoall, reduce-scatter or allreduce (see the module notes),
+    its variants chosen by the epoch model alone (:func:`construct`; :mod:`synth.choose.milp` chooses them by
+    simulation, as every command does).
 
     Parameters
     ----------
@@ -249,6 +259,18 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         The model CP-SAT would solve exceeds ``SYNTH_MAX_MILP_VARIABLES``/``CONSTRAINTS`` (refused
         before it is built), or the greedy's work would.
     """
+    return construct(prepare(topology, kind, chunks=chunks, root=root, size=size, sketch=sketch,
+                             time_limit_s=time_limit_s, seed=seed, workers=workers, epoch_us=epoch_us,
+                             max_epochs=max_epochs, order_deps=order_deps, cpsat=cpsat, routing=routing,
+                             progress=progress))
+
+
+def prepare(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None,
+            size: int | str = DEFAULT_SIZE, sketch: Sketch | str | dict[str, Any] | None = None,
+            time_limit_s: float | None = None, seed: int = 0, workers: int = 1,
+            epoch_us: float | None = None, max_epochs: int = DEFAULT_MAX_EPOCHS, order_deps: str = "auto",
+            cpsat: str = "auto", routing: str = "auto", progress: ProgressFunction | None = None) -> Problem:
+    """The validated request :func:`milp` takes (the same options), before any variant is chosen."""
     from synth.units import parse_size
 
     if kind not in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.REDUCESCATTER, Kind.ALLREDUCE):
@@ -288,10 +310,10 @@ def milp(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int
         if not MIN_EPOCH_US <= epoch_us <= MAX_EPOCH_US:
             raise InputError("", "epoch_us", f"expected an epoch from {MIN_EPOCH_US:g} to {MAX_EPOCH_US:g} us "
                              f"(1 ns to 1000 s), got {epoch_us!r}")
-    settings = _Settings(size_bytes, plan_sketch, float(time_limit_s), seed, workers,
-                         epoch_us if epoch_us is not None else plan_sketch.epoch_us, max_epochs, progress, cpsat,
-                         routing)
-    return _synthesize(topology, coll, settings, order_deps)
+    settings = Settings(size_bytes, plan_sketch, float(time_limit_s), seed, workers,
+                        epoch_us if epoch_us is not None else plan_sketch.epoch_us, max_epochs, progress, cpsat,
+                        routing)
+    return Problem(topology, coll, settings, order_deps)
 
 
 def _default_chunks_per_rank(topology: Topology, size: int) -> int:
@@ -307,7 +329,9 @@ def _default_chunks_per_rank(topology: Topology, size: int) -> int:
 
 
 @dataclass
-class _Settings:
+class Settings:
+    """A milp request's options, validated (:func:`prepare`)."""
+
     size: int
     sketch: Sketch
     time_limit_s: float
@@ -335,61 +359,255 @@ def _check_number(value: Any, name: str, positive: bool) -> None:
         raise InputError("", name, f"expected a positive number, got {value!r}")
 
 
-def _synthesize(topology: Topology, coll: Collective, settings: _Settings, order_deps: str) -> Schedule:
-    kind = coll.kind
-    chunk_bytes = settings.size / coll.chunks
-    phases: list[tuple[str, PhaseResult]] = []
-    if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
-        phases.append((kind.value, _solve_phase(topology, coll, settings, chunk_bytes, multicast=kind == Kind.ALLGATHER,
-                                                reverse=False, time_limit_s=settings.time_limit_s)))
-    else:
-        budget = settings.time_limit_s if kind == Kind.REDUCESCATTER else settings.time_limit_s / 2
-        phases.append(("reducescatter", _solve_phase(_transpose(topology), coll, settings, chunk_bytes, multicast=True,
-                                                     reverse=True, time_limit_s=budget)))
+# ------------------------------------------------------------------------------ problem and phases
+class Rank(Protocol):
+    """How plans of one phase are compared: ``seconds`` of a plan on an instance, and the ``verb`` the
+    reasons use for it (``"simulate"``: the flow model of :mod:`synth.choose.milp`)."""
+
+    verb: str
+
+    def seconds(self, instance: Instance, plan: Plan) -> float:
+        """The time the plan is compared by, in seconds."""
+        ...
+
+
+class EpochModelRank:
+    """Plans compared in the epoch model itself: epochs x epoch length (no simulation)."""
+
+    verb = "take, in the epoch model,"
+
+    def seconds(self, instance: Instance, plan: Plan) -> float:
+        """The plan's makespan in seconds of epochs."""
+        return plan.makespan * instance.epoch_us * 1e-6
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated milp request (:func:`prepare`): the topology, the collective and the settings."""
+
+    topology: Topology
+    collective: Collective
+    settings: Settings
+    order_deps: str
+
+    @property
+    def chunk_bytes(self) -> float:
+        """Bytes per chunk at the settings' size."""
+        return self.settings.size / self.collective.chunks
+
+    def setups(self) -> Iterator[PhaseSetup]:
+        """The phases to solve, each set up when the previous one is done: allgather or alltoall; the
+        reduce-scatter on the transposed topology; allreduce's reduce-scatter then allgather (half the
+        budget each)."""
+        kind, budget = self.collective.kind, self.settings.time_limit_s
+        if kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+            yield PhaseSetup.make(self, kind.value, self.topology, kind == Kind.ALLGATHER, False, budget)
+            return
+        half = budget if kind == Kind.REDUCESCATTER else budget / 2
+        yield PhaseSetup.make(self, "reducescatter", _transpose(self.topology), True, True, half)
         if kind == Kind.ALLREDUCE:
-            phases.append(("allgather", _solve_phase(topology, coll, settings, chunk_bytes, multicast=True,
-                                                     reverse=False, time_limit_s=budget)))
-    schedule = _schedule_of(topology, coll, phases, settings, order_deps)
-    if any(result.plan is not result.info["greedy_plan"] for _, result in phases):
-        # state the improvement in synth's evaluator too (the default plan rule: protocol, slices)
-        from synth.evaluate import evaluate
+            yield PhaseSetup.make(self, "allgather", self.topology, True, False, half)
 
-        greedy_phases = [(name, dataclasses.replace(result, plan=result.info["greedy_plan"])) for name, result in phases]
-        greedy = _schedule_of(topology, coll, greedy_phases, settings, order_deps)
-        ours, theirs = evaluate(schedule, topology, settings.size), evaluate(greedy, topology, settings.size)
-        params = dict(schedule.params)
-        params["evaluated_us"] = {"result": round(ours.time_s * 1e6, 6), "greedy": round(theirs.time_s * 1e6, 6),
-                                  "plan": ours.plan.describe()}
-        params["summary"] += (f"; synth's evaluator ({ours.plan.protocol.value}): {_time(ours.time_s * 1e6)} against "
-                              f"the greedy plan's {_time(theirs.time_s * 1e6)}")
-        schedule = dataclasses.replace(schedule, params=params)
-    return schedule
+    def schedule(self, phases: list[tuple[str, PhaseResult]], variant: str) -> Schedule:
+        """The schedule of the phases' plans, with ``variant``'s dependencies (``"link"`` or ``"none"``,
+        see the module notes)."""
+        coll = self.collective
+        first = phases[0][1]
+        if coll.kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+            planned = _forward_transfers(first, coll)
+        else:
+            planned, tails = _reversed_transfers(first, coll)
+            if len(phases) > 1:
+                gather = phases[1][1]
+                planned += _forward_transfers(gather, coll, offset=first.plan.makespan, after=tails,
+                                              base=len(planned))
+        return _assemble(self.topology, coll, planned, phases, self.settings, variant)
+
+    def variants(self) -> list[str]:
+        """The dependency variants to build: both for ``order_deps="auto"``, else the one asked for."""
+        return ["link", "none"] if self.order_deps == "auto" else [self.order_deps]
 
 
-def _schedule_of(topology: Topology, coll: Collective, phases: list[tuple[str, PhaseResult]], settings: _Settings,
-                 order_deps: str) -> Schedule:
-    """The schedule of the phases' plans, with the dependency variant that simulates fastest."""
-    first = phases[0][1]
-    if coll.kind in (Kind.ALLGATHER, Kind.ALLTOALL):
-        planned = _forward_transfers(first, coll)
-    else:
-        planned, tails = _reversed_transfers(first, coll)
-        if len(phases) > 1:
-            gather = phases[1][1]
-            planned += _forward_transfers(gather, coll, offset=first.plan.makespan, after=tails, base=len(planned))
-    variants = ["link", "none"] if order_deps == "auto" else [order_deps]
-    best: tuple[float, str, Schedule] | None = None
-    for variant in variants:
-        schedule = _assemble(topology, coll, planned, phases, settings, variant)
-        if len(variants) == 1:
-            return schedule
-        from synth.flow import simulate
+@dataclass
+class PhaseSetup:
+    """One phase before its epoch, greedy order and solution are chosen: its (maybe transposed) topology,
+    logical links, items and symmetry. Made by :meth:`Problem.setups`."""
 
-        seconds = simulate(schedule, topology, settings.size)
-        if best is None or seconds < best[0] * (1 - 1e-9):
-            best = (seconds, variant, schedule)
-    assert best is not None
-    return best[2]
+    problem: Problem
+    name: str
+    topology: Topology
+    multicast: bool
+    reverse: bool
+    time_limit_s: float
+    links: list[LogicalLink]
+    items: list[Item]
+    rotation: list[int] | None
+    chunk_map: dict[int, int] | None
+    spread: list[int]
+    started: float
+
+    @classmethod
+    def make(cls, problem: Problem, name: str, topology: Topology, multicast: bool, reverse: bool,
+             time_limit_s: float) -> PhaseSetup:
+        """Set one phase up, refusing greedy work over the limits, and report it (phase ``"greedy"``)."""
+        started = time.perf_counter()
+        settings, coll = problem.settings, problem.collective
+        sketch = settings.sketch
+        links = logical_links(topology, sketch)
+        rotation = rotation_of(topology, sketch, links) if sketch.symmetry == "rotate-boxes" else None
+        items = _items(coll, multicast)
+        chunk_map = _chunk_rotation(coll, rotation, multicast) if rotation else None
+        requests = sum(len(item.targets) for item in items)
+        limits.check("max_milp_variables", requests * len(links) / GREEDY_WORK_PER_VARIABLE,
+                     f"milp {name} on {topology.name} ({requests:,} deliveries over {len(links):,} links, "
+                     "greedy routing)", hint="use a sketch (relays, pairing, intra_box) or fewer chunks")
+        if settings.report:
+            settings.report(Progress("greedy", name, message="choosing epochs and a greedy start"))
+        spread = list(sketch.local_index(topology) or range(topology.num_ranks))
+        return cls(problem, name, topology, multicast, reverse, time_limit_s, links, items, rotation, chunk_map,
+                   spread, started)
+
+    @property
+    def horizon(self) -> int:
+        """The most epochs a greedy plan may take: the sketch's, else 100,000."""
+        return self.problem.settings.sketch.epochs or 100_000
+
+    def instance(self, epoch_us: float) -> Instance:
+        """The phase's instance with epochs of ``epoch_us``."""
+        return build_instance(self.topology, self.links, self.items, self.multicast, self.problem.chunk_bytes,
+                              epoch_us, serial_fanout=self.reverse, rotation=self.rotation,
+                              chunk_rotation=self.chunk_map, spread=self.spread)
+
+    def fixed_epoch(self) -> float | None:
+        """The epoch the options or the sketch fix (refused when the slowest link would take more epochs
+        than the horizon), or None when it is to be chosen among :meth:`epoch_lengths`."""
+        epoch = self.problem.settings.epoch_us
+        if epoch is None:
+            return None
+        # refuse before building: an epoch so short that one hop takes more epochs than the horizon would
+        # make every per-epoch table enormous (epoch_us 1e-9 on a 1 µs link: 10^9 epochs per hop)
+        chunk_bytes = self.problem.chunk_bytes
+        slowest = max(link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in self.links)
+        hop = slowest / epoch
+        if hop > self.horizon:
+            raise LimitError(f"epoch_us {epoch:g} makes the slowest link take {hop:,.0f} epochs, more than "
+                             f"the horizon of {self.horizon:,} epochs; use an epoch_us of at least "
+                             f"{slowest / self.horizon:.3g}")
+        return epoch
+
+    def epoch_lengths(self) -> list[float]:
+        """The candidate epoch lengths, finest first: :data:`EPOCH_FACTORS` x the fastest transfer (α +
+        chunk/β on a logical link), up to the first one past the slowest."""
+        chunk_bytes = self.problem.chunk_bytes
+        times = [link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in self.links]
+        fastest, slowest = min(times), max(times)
+        lengths = []
+        for factor in EPOCH_FACTORS:
+            lengths.append(fastest * factor)
+            if fastest * factor >= slowest * 1.01:
+                break
+        return lengths
+
+    def greedy(self, instance: Instance, order: str) -> Plan | None:
+        """The greedy plan of one request order (``"interleave"``, ``"near"`` or ``"item"``), None when
+        none fits the horizon."""
+        return best_greedy(instance, self.horizon, orders=(order,))
+
+    def forward_schedule(self, instance: Instance, plan: Plan, variant: str) -> Schedule:
+        """A plan as the forward schedule (allgather or alltoall) on the instance's topology, with
+        ``variant``'s dependencies: the form in which a phase's plans are compared by simulation."""
+        coll = self.problem.collective
+        kind = Kind.ALLGATHER if self.multicast else Kind.ALLTOALL
+        forward = Collective(kind, coll.num_ranks, coll.chunks)
+        result = PhaseResult(instance, plan, 0, "", 0, 0)
+        planned = _forward_transfers(result, forward)
+        return _build(instance.topology, forward, planned, [("", result)], variant, self.problem.settings.size, {})
+
+    def solve(self, instance: Instance, plan: Plan | None, candidates: list[Plan], rank: Rank) -> PhaseResult:
+        """The phase's result from the chosen epoch's instance and greedy ``plan`` (``candidates``: every
+        greedy plan made for it, the split model's routes): the lower bound, then CP-SAT unless the
+        greedy plan meets it or the options say otherwise; of CP-SAT's solutions and the greedy plan the
+        one ``rank`` puts first is the result."""
+        settings = self.problem.settings
+        sketch, topology, label = settings.sketch, self.topology, self.name
+        boxes = sketch.boxes(topology)
+        groups = [[r for r in range(topology.num_ranks) if boxes[r] == b] for b in sorted(set(boxes))] if boxes else []
+        bound = instance.lower_bound(groups)
+        horizon = plan.makespan if plan is not None else (sketch.epochs or 0)
+        if sketch.epochs is not None and horizon > sketch.epochs:
+            horizon = sketch.epochs
+            plan = None
+        if horizon < bound:
+            raise InfeasibleError(
+                f"the sketch allows {sketch.epochs} epochs of {instance.epoch_us:.4g} us on {topology.name}, but "
+                f"no schedule can finish in fewer than {bound} (delays and link capacities); raise 'epochs'")
+        lower = min(bound, plan.makespan) if plan is not None else bound
+        full_variables, full_constraints = _model_size(instance, horizon)
+        if plan is not None and plan.makespan <= bound and settings.cpsat != "always":
+            result = PhaseResult(instance, plan, plan.makespan, "optimal (the greedy plan meets the lower bound)",
+                                 full_variables, full_constraints, result="optimal", proved_by="bound",
+                                 why="the greedy plan meets the lower bound")
+        elif plan is not None and settings.cpsat == "never":
+            result = PhaseResult(instance, plan, lower, "greedy (cpsat=never)", full_variables, full_constraints,
+                                 why="CP-SAT not run (cpsat=never)")
+        else:
+            split = plan is not None and (settings.routing == "greedy" or (
+                settings.routing == "auto" and full_variables > FULL_MODEL_VARIABLES))
+            allowed = _candidate_links(instance, candidates) if split else None
+            variables, constraints = (_model_size(instance, horizon, allowed) if split
+                                      else (full_variables, full_constraints))
+            model = SPLIT_MODEL if split else FULL_MODEL
+            # refuse up front, before building anything the limits do not allow
+            limits.check_milp(variables, constraints, f"milp {label} on {topology.name} ({model}: {horizon} "
+                              f"epochs of {instance.epoch_us:.4g} us, {len(self.items)} chunks, "
+                              f"{len(self.links)} links)",
+                              hint="use a sketch (relays, symmetry), fewer chunks or a longer epoch_us")
+            if plan is not None and settings.cpsat == "auto" and variables > VARIABLES_PER_SECOND * self.time_limit_s:
+                result = PhaseResult(instance, plan, lower, "greedy (model too large for the time limit)", variables,
+                                     constraints, model=model,
+                                     why=f"the {variables:,}-variable {model} is too large for CP-SAT in "
+                                         f"{self.time_limit_s:g} s (raise time_limit_s or use a sketch)")
+            else:
+                result = _solve_cpsat(instance, horizon, lower, bound, plan, settings, label, self.time_limit_s,
+                                      variables, constraints, allowed, model, rank)
+        result.info["solve_s"] = time.perf_counter() - self.started
+        result.info["bound"] = bound
+        result.info["greedy_plan"] = plan if plan is not None else result.plan
+        result.info["greedy_epochs"] = plan.makespan if plan is not None else None
+        if settings.report:
+            settings.report(Progress("done", label, result.plan.makespan, result.lower_bound,
+                                     time.perf_counter() - self.started, result.status))
+        return result
+
+
+# ------------------------------------------------------------------------- construction by rule
+def construct(problem: Problem) -> Schedule:
+    """The schedule of a prepared request with every variant chosen by the epoch model (no simulation):
+    the given epoch, else the finest candidate whose greedy plan fits ``max_epochs``; the greedy order
+    with the fewest epochs; of CP-SAT's solutions, the one with the fewest epochs; ``order_deps="auto"``
+    builds ``"link"``."""
+    rank = EpochModelRank()
+    phases = []
+    for setup in problem.setups():
+        instance, plan, candidates = _rule_epoch(setup)
+        phases.append((setup.name, setup.solve(instance, plan, candidates, rank)))
+    return problem.schedule(phases, problem.variants()[0])
+
+
+def _rule_epoch(setup: PhaseSetup) -> tuple[Instance, Plan | None, list[Plan]]:
+    """The instance, greedy plan and greedy candidates :func:`construct` takes (see there)."""
+    fixed = setup.fixed_epoch()
+    fallback: tuple[Instance, Plan | None, list[Plan]] | None = None
+    for epoch in [fixed] if fixed is not None else setup.epoch_lengths():
+        instance = setup.instance(epoch)
+        plans = [plan for plan in (setup.greedy(instance, order) for order in GREEDY_ORDERS) if plan is not None]
+        best = min(plans, key=greedy_rank) if plans else None
+        if fixed is not None or (best is not None and best.makespan <= setup.problem.settings.max_epochs):
+            return instance, best, plans
+        if fallback is None or fallback[1] is None or (best is not None and best.makespan < fallback[1].makespan):
+            fallback = (instance, best, plans)
+    assert fallback is not None
+    return fallback
 
 
 # ---------------------------------------------------------------------------------------- phases
@@ -419,170 +637,6 @@ def _chunk_rotation(coll: Collective, rotation: list[int], multicast: bool) -> d
             mapping[origin * coll.chunks + local] = rotation[origin] * coll.chunks + rotation[dst] * per + j
     return mapping
 
-
-def _solve_phase(topology: Topology, coll: Collective, settings: _Settings, chunk_bytes: float, multicast: bool,
-                 reverse: bool, time_limit_s: float) -> PhaseResult:
-    started = time.perf_counter()
-    sketch = settings.sketch
-    links = logical_links(topology, sketch)
-    rotation = rotation_of(topology, sketch, links) if sketch.symmetry == "rotate-boxes" else None
-    items = _items(coll, multicast)
-    chunk_map = _chunk_rotation(coll, rotation, multicast) if rotation else None
-    label = "reducescatter" if reverse else ("allgather" if multicast else "alltoall")
-    requests = sum(len(item.targets) for item in items)
-    limits.check("max_milp_variables", requests * len(links) / GREEDY_WORK_PER_VARIABLE,
-                 f"milp {label} on {topology.name} ({requests:,} deliveries over {len(links):,} links, "
-                 "greedy routing)", hint="use a sketch (relays, pairing, intra_box) or fewer chunks")
-    if settings.report:
-        settings.report(Progress("greedy", label, message="choosing epochs and a greedy start"))
-    scorer = _Scorer(coll, settings.size, multicast)
-    instance, plan, candidates = _choose_epoch(topology, links, items, multicast, chunk_bytes, settings, reverse,
-                                               rotation, chunk_map, scorer)
-    boxes = sketch.boxes(topology)
-    groups = [[r for r in range(topology.num_ranks) if boxes[r] == b] for b in sorted(set(boxes))] if boxes else []
-    bound = instance.lower_bound(groups)
-    horizon = plan.makespan if plan is not None else (sketch.epochs or 0)
-    if sketch.epochs is not None and horizon > sketch.epochs:
-        horizon = sketch.epochs
-        plan = None
-    if horizon < bound:
-        raise InfeasibleError(
-            f"the sketch allows {sketch.epochs} epochs of {instance.epoch_us:.4g} us on {topology.name}, but no "
-            f"schedule can finish in fewer than {bound} (delays and link capacities); raise 'epochs'")
-    lower = min(bound, plan.makespan) if plan is not None else bound
-    full_variables, full_constraints = _model_size(instance, horizon)
-    if plan is not None and plan.makespan <= bound and settings.cpsat != "always":
-        result = PhaseResult(instance, plan, plan.makespan, "optimal (the greedy plan meets the lower bound)",
-                             full_variables, full_constraints, result="optimal", proved_by="bound",
-                             why="the greedy plan meets the lower bound")
-    elif plan is not None and settings.cpsat == "never":
-        result = PhaseResult(instance, plan, lower, "greedy (cpsat=never)", full_variables, full_constraints,
-                             why="CP-SAT not run (cpsat=never)")
-    else:
-        split = plan is not None and (settings.routing == "greedy" or (
-            settings.routing == "auto" and full_variables > FULL_MODEL_VARIABLES))
-        allowed = _candidate_links(instance, candidates) if split else None
-        variables, constraints = (_model_size(instance, horizon, allowed) if split
-                                  else (full_variables, full_constraints))
-        model = SPLIT_MODEL if split else FULL_MODEL
-        # refuse up front, before building anything the limits do not allow
-        limits.check_milp(variables, constraints, f"milp {label} on {topology.name} ({model}: {horizon} epochs of "
-                          f"{instance.epoch_us:.4g} us, {len(items)} chunks, {len(links)} links)",
-                          hint="use a sketch (relays, symmetry), fewer chunks or a longer epoch_us")
-        if plan is not None and settings.cpsat == "auto" and variables > VARIABLES_PER_SECOND * time_limit_s:
-            result = PhaseResult(instance, plan, lower, "greedy (model too large for the time limit)", variables,
-                                 constraints, model=model,
-                                 why=f"the {variables:,}-variable {model} is too large for CP-SAT in "
-                                     f"{time_limit_s:g} s (raise time_limit_s or use a sketch)")
-        else:
-            result = _solve_cpsat(instance, horizon, lower, bound, plan, settings, label, time_limit_s,
-                                  variables, constraints, allowed, model, scorer)
-    result.info["solve_s"] = time.perf_counter() - started
-    result.info["bound"] = bound
-    result.info["greedy_plan"] = plan if plan is not None else result.plan
-    result.info["greedy_epochs"] = plan.makespan if plan is not None else None
-    if plan is not None:
-        result.info["greedy_us"] = scorer.seconds(instance, plan) * 1e6
-    result.info["simulated_us"] = scorer.seconds(instance, result.plan) * 1e6
-    if settings.report:
-        settings.report(Progress("done", label, result.plan.makespan, result.lower_bound,
-                                 time.perf_counter() - started, result.status))
-    return result
-
-
-class _Scorer:
-    """Simulated seconds (flow model, best of the dependency variants) of one phase's plan, as the
-    forward schedule on the instance's topology: the yardstick for epochs and greedy orders."""
-
-    def __init__(self, coll: Collective, size: int, multicast: bool) -> None:
-        kind = Kind.ALLGATHER if multicast else Kind.ALLTOALL
-        self.collective = Collective(kind, coll.num_ranks, coll.chunks)
-        self.size = size
-        # keyed by id, holding the plan so that its id cannot be reused by another plan while cached
-        self.cache: dict[int, tuple[Plan, float]] = {}
-
-    def seconds(self, instance: Instance, plan: Plan) -> float:
-        from synth.flow import simulate
-
-        key = id(plan)
-        hit = self.cache.get(key)
-        if hit is None or hit[0] is not plan:
-            result = PhaseResult(instance, plan, 0, "", 0, 0)
-            planned = _forward_transfers(result, self.collective)
-            best = math.inf
-            for variant in ("link", "none"):
-                schedule = _build(instance.topology, self.collective, planned, [("", result)], variant,
-                                  self.size, {})
-                best = min(best, simulate(schedule, instance.topology, self.size))
-            self.cache[key] = (plan, best)
-            return best
-        return hit[1]
-
-
-def _choose_epoch(topology: Topology, links: list[LogicalLink], items: list[Item], multicast: bool,
-                  chunk_bytes: float, settings: _Settings, reverse: bool, rotation: list[int] | None,
-                  chunk_map: dict[int, int] | None, scorer: _Scorer) -> tuple[Instance, Plan | None, list[Plan]]:
-    """Pick the epoch length: the given one, or the candidate whose greedy plan simulates fastest among
-    those within ``max_epochs``. Returns the instance, its best greedy plan and every greedy plan made
-    for it (the candidate routes of the split model)."""
-    def make(epoch: float) -> Instance:
-        return build_instance(topology, links, items, multicast, chunk_bytes, epoch, serial_fanout=reverse,
-                              rotation=rotation, chunk_rotation=chunk_map, spread=spread)
-
-    spread = list(settings.sketch.local_index(topology) or range(topology.num_ranks))
-
-    horizon = settings.sketch.epochs or 100_000
-    if settings.epoch_us is not None:
-        # refuse before building: an epoch so short that one hop takes more epochs than the horizon would
-        # make every per-epoch table enormous (epoch_us 1e-9 on a 1 µs link: 10^9 epochs per hop)
-        slowest = max(link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links)
-        hop = slowest / settings.epoch_us
-        if hop > horizon:
-            raise LimitError(f"epoch_us {settings.epoch_us:g} makes the slowest link take {hop:,.0f} epochs, more than "
-                             f"the horizon of {horizon:,} epochs; use an epoch_us of at least "
-                             f"{slowest / horizon:.3g}")
-        instance = make(settings.epoch_us)
-        return (instance, *_best_plan(instance, horizon, scorer))
-    times = [link.latency_us + chunk_bytes / (link.bandwidth * 1e3) for link in links]
-    fastest, slowest = min(times), max(times)
-    best: tuple[float, Instance, Plan] | None = None
-    fallback: tuple[Instance, Plan | None] | None = None
-    for factor in EPOCH_FACTORS:
-        epoch = fastest * factor
-        instance = make(epoch)
-        plan = best_greedy(instance, horizon, orders=("interleave",))
-        if plan is None:
-            fallback = fallback or (instance, None)
-        elif plan.makespan <= settings.max_epochs:
-            score = scorer.seconds(instance, plan)
-            if best is None or score < best[0] * (1 - 1e-9):
-                best = (score, instance, plan)
-        elif fallback is None or fallback[1] is None or plan.makespan < fallback[1].makespan:
-            fallback = (instance, plan)
-        if epoch >= slowest * 1.01:
-            break
-    if best is not None:
-        instance = best[1]
-        return (instance, *_best_plan(instance, horizon, scorer, best[2]))
-    assert fallback is not None
-    return fallback[0], fallback[1], [fallback[1]] if fallback[1] is not None else []
-
-
-def _best_plan(instance: Instance, horizon: int, scorer: _Scorer,
-               known: Plan | None = None) -> tuple[Plan | None, list[Plan]]:
-    """The greedy order whose plan simulates fastest (``known``: the interleave plan, already made), and
-    every plan made."""
-    made = [known] if known is not None else []
-    for order in ("near", "item") if known is not None else ("interleave", "near", "item"):
-        plan = best_greedy(instance, horizon, orders=(order,))
-        if plan is not None:
-            made.append(plan)
-    best: tuple[float, Plan] | None = None
-    for plan in made:
-        seconds = scorer.seconds(instance, plan)
-        if best is None or seconds < best[0] * (1 - 1e-9):
-            best = (seconds, plan)
-    return (best[1] if best else None), made
 
 
 def _candidate_links(instance: Instance, plans: list[Plan]) -> list[set[int]]:
@@ -618,13 +672,14 @@ def _model_size(instance: Instance, horizon: int, allowed: list[set[int]] | None
     return sends + haves + horizon, constraints
 
 
+
 # ---------------------------------------------------------------------------------------- CP-SAT
-def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan: Plan | None, settings: _Settings,
+def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan: Plan | None, settings: Settings,
                  label: str, time_limit_s: float, variables: int, constraints: int, allowed: list[set[int]] | None,
-                 model_name: str, scorer: _Scorer) -> PhaseResult:
+                 model_name: str, rank: Rank) -> PhaseResult:
     """One CP-SAT solve of the time-indexed model (every link, or each item's ``allowed`` links), with
     the greedy plan as hint (:mod:`synth.algorithms.milp_cpsat`); every solution found is kept, and the
-    one that simulates fastest (the greedy plan included) is the result. ``lower``: epochs below which
+    one ``rank`` puts first (the greedy plan included) is the result. ``lower``: epochs below which
     no plan exists (the combinatorial bound, or the greedy's makespan if lower); ``bound``: the
     combinatorial bound itself."""
     from synth.algorithms.milp_cpsat import SolverBudget, solve_time_indexed
@@ -643,13 +698,13 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan:
     if not candidates:
         raise InfeasibleError(f"milp {label} on {instance.topology.name}: no schedule within {horizon} epochs was "
                               f"found in {time_limit_s:g} s (not proven impossible; raise time_limit_s or epochs)")
-    best = min(candidates, key=lambda p: (round(scorer.seconds(instance, p), 15), p.makespan))
+    best = min(candidates, key=lambda p: (round(rank.seconds(instance, p), 15), p.makespan))
     global_bound = min(global_bound, min(p.makespan for p in candidates))
     result = PhaseResult(instance, best, min(global_bound, best.makespan), "", variables, constraints,
                          outcome.stopped_by, model=model_name)
     result.info.update({"hinted": outcome.hinted, "solver_status": outcome.status, "solutions": len(found),
                         "model_bound_epochs": model_bound, "deterministic_s": round(outcome.deterministic_s, 3),
-                        "candidates": [(p.makespan, scorer.seconds(instance, p) * 1e6) for p in candidates]})
+                        "candidates": [(p.makespan, rank.seconds(instance, p) * 1e6) for p in candidates]})
     budget_text = f"{time_limit_s:g} s"
     if best.makespan <= global_bound:
         result.result, result.proved_by = "optimal", ("bound" if best.makespan <= bound else "cp-sat")
@@ -665,18 +720,19 @@ def _solve_cpsat(instance: Instance, horizon: int, lower: int, bound: int, plan:
             result.why = f"CP-SAT stopped by the wall-clock cap before its {budget_text} budget (a loaded machine)"
         elif found:
             assert plan is not None
-            fastest = min(found, key=lambda p: (round(scorer.seconds(instance, p), 15), p.makespan))
+            fastest = min(found, key=lambda p: (round(rank.seconds(instance, p), 15), p.makespan))
             fewest = min(p.makespan for p in found)
             proven = " (optimal in the epoch model)" if fewest <= model_bound and allowed is None else ""
             result.why = (f"CP-SAT's {len(found)} solutions in {budget_text}, down to {fewest} epochs{proven}, "
-                          f"simulate no faster than the greedy plan ({_time(scorer.seconds(instance, fastest) * 1e6)}"
-                          f" against {_time(scorer.seconds(instance, plan) * 1e6)})")
+                          f"{rank.verb} no faster than the greedy plan ({time_text(rank.seconds(instance, fastest) * 1e6)}"
+                          f" against {time_text(rank.seconds(instance, plan) * 1e6)})")
             if allowed is not None and model_bound >= plan.makespan:
                 result.why += "; the greedy plan is optimal for its routing"
         else:
             result.why = f"CP-SAT found no solution other than the greedy plan in {budget_text}"
     result.status = f"{result.result}: {result.why}"
     return result
+
 
 
 # ----------------------------------------------------------------------------------- to schedules
@@ -802,13 +858,14 @@ def _build(topology: Topology, coll: Collective, planned: list[_Planned], phases
     return builder.build()
 
 
-def _time(us: float) -> str:
+def time_text(us: float) -> str:
+    """Microseconds as ``12.3 us`` or ``4.56 ms``."""
     return f"{us / 1e3:.4g} ms" if us >= 1e3 else f"{us:.4g} us"
 
 
 def phase_summary(result: PhaseResult) -> str:
     """One line saying what produced a phase's plan (see the module notes)."""
-    epochs = f"{result.plan.makespan} epochs of {_time(result.instance.epoch_us)}"
+    epochs = f"{result.plan.makespan} epochs of {time_text(result.instance.epoch_us)}"
     gap = "" if result.result == "optimal" else \
         f", gap {100 * result.gap:.1f}% to the lower bound of {result.lower_bound}"
     size = f"{result.model}, {result.variables:,} variables" if result.model != "none" else \
@@ -818,15 +875,15 @@ def phase_summary(result: PhaseResult) -> str:
         who = "by the lower bound" if result.proved_by == "bound" else "by CP-SAT"
         return f"proven optimal {who}: {epochs} ({result.why}; {size})"
     if result.result == "improved":
-        simulated = (f", simulated {_time(result.info['simulated_us'])} against the greedy plan's "
-                     f"{_time(result.info['greedy_us'])}" if "greedy_us" in result.info else "")
+        simulated = (f", simulated {time_text(result.info['simulated_us'])} against the greedy plan's "
+                     f"{time_text(result.info['greedy_us'])}" if "greedy_us" in result.info else "")
         return (f"improved by CP-SAT: {epochs} (greedy plan {greedy_epochs}){simulated}{gap} "
                 f"({size})")
     return f"greedy plan: {epochs}{gap}; {result.why} ({size})"
 
 
 def _assemble(topology: Topology, coll: Collective, planned: list[_Planned], phases: list[tuple[str, PhaseResult]],
-              settings: _Settings, variant: str) -> Schedule:
+              settings: Settings, variant: str) -> Schedule:
     first = phases[0][1]
     epochs = sum(result.plan.makespan for _, result in phases)
     lower = sum(result.lower_bound for _, result in phases)
@@ -878,4 +935,5 @@ def _assemble(topology: Topology, coll: Collective, planned: list[_Planned], pha
     return _build(topology, coll, planned, phases, variant, settings.size, params)
 
 
-__all__ = ["Progress", "default_time_limit", "milp", "phase_summary"]
+__all__ = ["EpochModelRank", "PhaseResult", "PhaseSetup", "Problem", "Progress", "Rank", "Settings", "construct",
+           "default_time_limit", "milp", "phase_summary", "prepare", "time_text"]

@@ -564,12 +564,13 @@ def best_greedy(instance: Instance, horizon: int = 100_000,
     best: Plan | None = None
     for order in orders:
         plan = greedy(instance, order, horizon)
-        if plan is not None and (best is None or _rank(plan) < _rank(best)):
+        if plan is not None and (best is None or greedy_rank(plan) < greedy_rank(best)):
             best = plan
     return best
 
 
-def _rank(plan: Plan) -> tuple[int, float, int]:
+def greedy_rank(plan: Plan) -> tuple[int, float, int]:
+    """How greedy plans are ordered: fewest epochs, then least link occupancy, then earliest arrivals."""
     return (plan.makespan, round(plan.cost, 9), plan.arrival_sum)
 
 

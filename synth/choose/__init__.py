@@ -10,10 +10,11 @@ size lives here, on top of the algorithms and the simulator:
 - a *chooser* per algorithm (:data:`CHOOSERS`) generates the candidates and decides which to try next
   (:mod:`synth.choose.forest`: forest's size choice; :mod:`synth.choose.insw`: the share of the
   chunks insw puts through the switches; :mod:`synth.choose.mcf`: the slice size mcf's relayed chunks
-  stream fastest at; :mod:`synth.choose.job`: a job's schedule set, one per collective run together);
+  stream fastest at; :mod:`synth.choose.milp`: milp's epoch length, greedy order, CP-SAT solution and
+  dependency variant; :mod:`synth.choose.job`: a job's schedule set, one per collective run together);
 - :func:`synthesize` is the entry every face uses (CLI, compare, tune, demo, catalog, sweep): with a
-  ``size`` and a chooser for the algorithm it runs the choice, otherwise it constructs the schedule with
-  :func:`synth.algorithms.synthesize`.
+  ``size`` and a chooser for the algorithm it runs the choice (milp's always, at its default size when
+  none is given), otherwise it constructs the schedule with :func:`synth.algorithms.synthesize`.
 
 The choice's record travels in the schedule's ``params`` (``variant``, ``size``, ``size_choice`` with every
 simulated candidate's time, ``modelled_time_s``), so every command reports the same time for the chosen
@@ -93,6 +94,9 @@ class Candidate:
     note: str = ""
     #: under the search's work limit (False: the candidates the others are cut off at)
     limited: bool = True
+    #: simulated with the plain chunk-level α-β model (:func:`synth.flow.simulate` without a plan: the ideal
+    #: protocol, one slice per chunk) instead of the plan rule: the yardstick of milp's epoch-level plans
+    ideal: bool = False
 
 
 class Search:
@@ -149,15 +153,17 @@ class Search:
 
     def measure(self, schedule: Schedule, key: str, label: str, *, slice_bytes: int | None = None,
                 cutoff: float | None = None, limited: bool = True, required: bool = False,
-                note: str = "") -> float | None:
+                note: str = "", ideal: bool = False) -> float | None:
         """The candidate's time in seconds (``inf`` when slower than ``cutoff``), recorded and reported; None
         when it was not simulated because it is over a simulation limit (reported as such, not recorded).
 
         ``limited=False`` simulates without the search's work limit (the first candidates, whose times the
         others are cut off at); ``required=True`` lets a limit's :class:`~synth.errors.LimitError` through
-        (a candidate the choice cannot do without). ``note`` is appended to the reported message.
+        (a candidate the choice cannot do without). ``note`` is appended to the reported message;
+        ``ideal=True`` simulates with the plain chunk-level model instead of the plan rule
+        (:attr:`Candidate.ideal`).
         """
-        candidate = Candidate(schedule, key, label, slice_bytes, cutoff, note, limited)
+        candidate = Candidate(schedule, key, label, slice_bytes, cutoff, note, limited, ideal)
         outcome = self._simulate(candidate)
         if required and isinstance(outcome, LimitError):
             raise outcome
@@ -181,9 +187,15 @@ class Search:
         """The candidate's time, or the limit that refused its simulation."""
         from synth.evaluate import evaluate
 
+        work_limit = self.work_limit if candidate.limited else None
         try:
+            if candidate.ideal:
+                from synth.flow import simulate
+
+                return simulate(candidate.schedule, self.topology, self.size, cutoff=candidate.cutoff,
+                                work_limit=work_limit)
             return evaluate(candidate.schedule, self.topology, self.size, slice_bytes=candidate.slice_bytes,
-                            cutoff=candidate.cutoff, work_limit=self.work_limit if candidate.limited else None).time_s
+                            cutoff=candidate.cutoff, work_limit=work_limit).time_s
         except LimitError as error:
             return error
 
@@ -212,6 +224,9 @@ class Chooser:
 
     target: str
     options: Mapping[str, Any]
+    #: the choice runs without a size too, at the algorithm's own default size (milp: its epochs are
+    #: always cut for a size)
+    always: bool = False
 
     def load(self) -> Callable[..., Schedule]:
         """Import and return the choice's function."""
@@ -223,8 +238,9 @@ class Chooser:
 
 
 #: The algorithms whose variant is chosen here for a size (the others use ``size`` as a rule of their own:
-#: NCCL's tuning model, the tree's chunk count, milp's epochs).
+#: NCCL's tuning model, the tree's chunk count).
 CHOOSERS: dict[str, Chooser] = {
+    "milp": Chooser("synth.choose.milp:choose", {"size": None, "progress": None, "work_limit": None}, always=True),
     "forest": Chooser("synth.choose.forest:choose", {"size": None, "progress": None, "work_limit": None}),
     "insw": Chooser("synth.choose.insw:choose", {"size": None, "progress": None, "work_limit": None}),
     "mcf": Chooser("synth.choose.mcf:choose", {"size": None, "progress": None, "work_limit": None}),
@@ -268,6 +284,9 @@ def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **opt
     choice = {name: options.pop(name) for name in list(options) if name in chooser.options}
     check_progress(choice.get("progress"))
     size = choice.get("size")
+    rest = {name: value for name, value in choice.items() if name != "size"}
+    if size is None and chooser.always:
+        return chooser.load()(topology, kind, None, **rest, **options)
     if size is None:
         unused = sorted(name for name, value in choice.items() if value is not None and name != "progress")
         if unused:
@@ -276,5 +295,4 @@ def synthesize(topology: Topology, collective: Kind | str, algorithm: str, **opt
     from synth.units import parse_size
 
     nbytes = parse_size(size, "size")
-    rest = {name: value for name, value in choice.items() if name != "size"}
     return chooser.load()(topology, kind, nbytes, **rest, **options)
