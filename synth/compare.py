@@ -202,6 +202,7 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
         DEFAULT_VERSION,
         detect_arch,
         nvls_boxes,
+        one_gpu_per_node,
         parse_version,
         sharp_rails,
     )
@@ -224,12 +225,12 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
     if boxes:
         return (f"nccl: what NCCL {release} would run: rail-aware ring channels or its double binary tree{also}, "
                 "and the protocol, chosen per size by its tuning model")
-    single = topology.boxes is not None and len(set(topology.boxes)) == topology.num_ranks and key != "2.16"
-    caveat = (f"; every gpu is its own box, where NCCL {release} runs PAT for allgather and reduce-scatter at "
-              "small sizes, which synth does not model (there the baseline may be slower than NCCL)") if single else ""
+    single = one_gpu_per_node(topology)
+    pat = (f"; every gpu is its own box (one gpu per node), where NCCL {release} also runs PAT for allgather "
+           "and reduce-scatter, chosen per size by the same model") if single and key != "2.16" else ""
     return (f"nccl: what NCCL {release} would run; {topology.name} has no NVLink boxes with NIC rails, so that is "
             f"NCCL's ring (and, for allreduce, its tree) over the fabric{' or ' + ', '.join(extras) if extras else ''}, "
-            f"protocol by its tuning model{caveat}")
+            f"protocol by its tuning model{pat}")
 
 
 def run_all(topology: Topology, kinds: Iterable[Kind], sizes: Iterable[int], algorithms: Iterable[str] | None = None,

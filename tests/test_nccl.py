@@ -310,3 +310,43 @@ def test_nccl_is_at_least_as_fast_as_its_ring_at_1gib_on_2_dgx_a100():
     single = synthesize(topo, Kind.ALLGATHER, "ring")
     algbw = GIB / evaluate(ours, topo, GIB).time_s / 1e9
     assert algbw > 200 and algbw > 7 * GIB / evaluate(single, topo, GIB).time_s / 1e9
+
+
+# ------------------------------------------------------------------------ PAT at one gpu per node
+@pytest.mark.parametrize("leaves, per_leaf", [(4, 4), (3, 4), (4, 8)])
+@pytest.mark.parametrize("kind", [Kind.ALLGATHER, Kind.REDUCESCATTER])
+def test_pat_at_one_gpu_per_node_is_chosen_small_and_verified(leaves, per_leaf, kind):
+    topo = load_topology(f"leaf-spine:leaves={leaves},gpus_per_leaf={per_leaf},servers=true")
+    n = topo.num_ranks
+    small = nccl(topo, kind, size=4 * KIB)
+    verify(small, topo)
+    assert small.params["nodes"] == n
+    assert small.params["choice"]["algorithm"] == "pat" and small.params["plan"] == {"protocol": "Simple"}
+    assert small.params["built_by"] == ("bruck" if kind == Kind.ALLGATHER else "rhd")
+    # tuning.cc v2.23.4: 8 + log2i(nodes) x 14 / 3.5 + 2.8 x ranks µs, Simple only, busBw x 0.85
+    pat = small.params["model"]["pat/Simple"]
+    assert pat["latency_us"] == pytest.approx(8 + (n.bit_length() - 1) * 4 + 2.8 * n, rel=1e-5)
+    assert [key for key in small.params["model"] if key.startswith("pat/")] == ["pat/Simple"]
+    assert nccl(topo, kind, size=256 * MIB).params["choice"]["algorithm"] == "ring"
+    # log-step rounds (rhd's reduce-scatter folds a non-power-of-two count in one more)
+    log_rounds = (n - 1).bit_length()
+    assert small.params["rounds"] == log_rounds + (kind == Kind.REDUCESCATTER and n & (n - 1) != 0)
+    assert small.params["rounds"] < n - 1 or n <= 4
+
+
+def test_pat_is_only_for_one_gpu_per_node_and_its_collectives():
+    servers = load_topology("leaf-spine:leaves=2,gpus_per_leaf=4,servers=true")
+    shared = load_topology("leaf-spine:leaves=2,gpus_per_leaf=4")
+    assert "pat/Simple" not in nccl(shared, Kind.ALLGATHER, size=4 * KIB).params["model"]
+    with pytest.raises(NotApplicable, match="one gpu per node"):
+        nccl(shared, Kind.ALLGATHER, size=4 * KIB, algo="pat")
+    with pytest.raises(NotApplicable, match="allgather and reduce-scatter only"):
+        nccl(servers, Kind.ALLREDUCE, size=4 * KIB, algo="pat")
+    with pytest.raises(InputError, match="algo"):
+        nccl(servers, Kind.ALLGATHER, size=4 * KIB, algo="pat", version="2.16")
+    # on 6 gpus the ring's 5 LL steps (6.6 + 5 x 5 µs) beat PAT's 8 + 2 x 4 + 6 x 2.8 µs: NCCL runs the ring
+    few = nccl(load_topology("leaf-spine:leaves=2,gpus_per_leaf=3,servers=true"), Kind.ALLGATHER, size=64)
+    model = few.params["model"]
+    assert few.params["choice"]["algorithm"] == "ring" and model["ring/LL"]["time_us"] < model["pat/Simple"]["time_us"]
+    # every step of NCCL's ring is a network step at one gpu per node: the 2.16 model sees N nodes too
+    assert nccl(servers, Kind.ALLGATHER, size=4 * KIB, version="2.16").params["nodes"] == 8

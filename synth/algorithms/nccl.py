@@ -66,7 +66,10 @@ NCCL 2.23.4 (``src/graph/tuning.cc``, ``src/enqueue.cc``, ``search.cc``, ``conne
     several (at most 16), every gpu's link carrying C + C/G channels (the head pulls twice), the inter
     speed raised towards twice the intra speed while the NIC allows (pass 2); the CollNet graph: one
     channel per NIC head at the NIC's speed. NVLS and NVLS-Tree run on ``NCCL_NVLS_NCHANNELS`` = 16
-    channels. PAT (one gpu per node only) is not modelled. Blackwell (``dgx-b200``, ``gb200-nvl72``,
+    channels. **PAT** (allgather and reduce-scatter at one gpu per node: a topology whose every gpu is its own
+    box, :func:`one_gpu_per_node`; Simple only): bus bandwidth tree channels x speed x 0.85, not
+    converted; latency 8 + log2i(nodes) x 14 / 3.5 + ranks x 2.8 µs; its schedule: :func:`_build_pat`.
+    Such a topology counts every gpu as a node (ppn 1: network latencies on every ring step). Blackwell (``dgx-b200``, ``gb200-nvl72``,
     compute capability 10.0) reads the Hopper tables and has no LL128, as 2.23 treats it.
     *Schedules*: NVLS on one node: :func:`synth.algorithms.nvls.nvls`, one chunk per rank (the channels
     run the same pattern side by side; the evaluator streams each chunk); NVLS on several nodes (NVLS +
@@ -81,7 +84,7 @@ given. ``arch`` (``auto``, ``volta``, ``ampere``, ``hopper``): the gpu generatio
 SuperPOD Hopper, DGX B200 and GB200 NVL72 Blackwell, anything else Volta, NCCL's own fallback). ``algo``
 and ``proto`` force a choice, as ``NCCL_ALGO`` and ``NCCL_PROTO`` do (``algo``: ``ring``, ``tree``, and
 from 2.23 ``nvls``, ``nvlstree``, ``collnet`` (Direct or Chain, whichever the model prefers),
-``collnet_direct``, ``collnet_chain``; a forced algorithm the release would not enable here is
+``collnet_direct``, ``collnet_chain``, ``pat``; a forced algorithm the release would not enable here is
 :class:`NotApplicable`). ``version``: ``2.23`` (default) or ``2.16``. Without a size, a forced in-switch
 algorithm is sized at 1 GiB.
 
@@ -133,16 +136,20 @@ NCCL_VERSION = RELEASES[DEFAULT_VERSION]
 
 RING, TREE = "ring", "tree"
 COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE = "collnet_direct", "collnet_chain", "nvls", "nvlstree"
+PAT = "pat"
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
 ALGORITHMS = (TREE, RING)  # NCCL 2.16's order: ties go to the first
-#: NCCL 2.23's order (``NCCL_ALGO_*``; PAT, for one gpu per node only, is not modelled)
-ALGORITHMS_223 = (TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE)
+#: NCCL 2.23's order (``NCCL_ALGO_*``)
+ALGORITHMS_223 = (TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT)
 #: ``algo=`` values and the algorithms of the model each allows
 ALGO_CHOICES = {RING: (RING,), TREE: (TREE,), NVLS: (NVLS,), NVLS_TREE: (NVLS_TREE,), "nvls_tree": (NVLS_TREE,),
                 "collnet": (COLLNET_DIRECT, COLLNET_CHAIN), COLLNET_DIRECT: (COLLNET_DIRECT,),
                 COLLNET_CHAIN: (COLLNET_CHAIN,), "collnetdirect": (COLLNET_DIRECT,),
-                "collnetchain": (COLLNET_CHAIN,)}
+                "collnetchain": (COLLNET_CHAIN,), PAT: (PAT,)}
+#: tuning.cc (v2.23.4): PAT's latency, 8 + log2i(nodes) x (the network latency / 3.5) + ranks x 2.8 µs, and
+#: its bus bandwidth factor
+PAT_BASE_LATENCY, PAT_LOG_DIVISOR, PAT_PER_RANK_LATENCY, PAT_BUS_FACTOR = 8.0, 3.5, 2.8, 0.85
 
 # tuning.cc (v2.16.5): latencies in µs, bandwidths in GB/s
 BASE_LATENCY = {TREE: {LL: 4.4, LL128: 4.4, SIMPLE: 0.0}, RING: {LL: 3.6, LL128: 10.0, SIMPLE: 8.4}}
@@ -163,13 +170,13 @@ TREE_CORRECTION = {
 # tuning.cc (v2.23.4): latencies in µs (NVLS's base latency is replaced by its NVLink latency)
 BASE_LATENCY_223 = {TREE: {LL: 6.8, LL128: 14.0, SIMPLE: 8.4}, RING: {LL: 6.6, LL128: 14.0, SIMPLE: 8.4},
                     COLLNET_DIRECT: {SIMPLE: 0.0}, COLLNET_CHAIN: {SIMPLE: 0.0}, NVLS: {SIMPLE: 0.0},
-                    NVLS_TREE: {SIMPLE: 0.0}}
+                    NVLS_TREE: {SIMPLE: 0.0}, PAT: {SIMPLE: 0.0}}
 NVLINK_LATENCY_223 = {TREE: {LL: 0.6, LL128: 1.25, SIMPLE: 4.0}, RING: {LL: 0.6, LL128: 1.9, SIMPLE: 3.4},
                       COLLNET_DIRECT: {SIMPLE: 3.7}, COLLNET_CHAIN: {SIMPLE: 2.8}, NVLS: {SIMPLE: 25.0},
-                      NVLS_TREE: {SIMPLE: 25.0}}
+                      NVLS_TREE: {SIMPLE: 25.0}, PAT: {SIMPLE: 0.0}}
 NET_LATENCY_223 = {TREE: {LL: 5.0, LL128: 8.5, SIMPLE: 14.0}, RING: {LL: 2.7, LL128: 4.0, SIMPLE: 14.0},
                    COLLNET_DIRECT: {SIMPLE: 31.0}, COLLNET_CHAIN: {SIMPLE: 30.0}, NVLS: {SIMPLE: 18.0},
-                   NVLS_TREE: {SIMPLE: 14.0}}
+                   NVLS_TREE: {SIMPLE: 14.0}, PAT: {SIMPLE: 0.0}}
 LL_MAX_BW_223 = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0))
 PER_CHANNEL_MAX_RING_LL128_BW_223 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7))
 PER_CHANNEL_MAX_TREE_LL128_BW_223 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0))
@@ -373,13 +380,15 @@ def _tuning_table_223(kind: Kind, machine: Machine) -> dict[tuple[str, str], tup
     ring_ll128_max = PER_CHANNEL_MAX_RING_LL128_BW_223[cap][index2]
     tree_ll128_max = PER_CHANNEL_MAX_TREE_LL128_BW_223[cap][index2]
     graphs = {TREE: machine.tree, RING: machine.ring, NVLS: machine.nvls, NVLS_TREE: machine.nvls,
-              COLLNET_DIRECT: machine.collnet, COLLNET_CHAIN: machine.collnet}
+              COLLNET_DIRECT: machine.collnet, COLLNET_CHAIN: machine.collnet, PAT: machine.tree}
     table: dict[tuple[str, str], tuple[float, float]] = {}
     for algorithm in ALGORITHMS_223:
         if kind in (Kind.BROADCAST, Kind.REDUCE) and algorithm != RING:
             continue
-        if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) and algorithm not in (RING, NVLS):
+        if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) and algorithm not in (RING, NVLS, PAT):
             continue  # CollNet Direct's allgather / reduce-scatter need a plugin with them (not modelled)
+        if algorithm == PAT and (kind not in (Kind.ALLGATHER, Kind.REDUCESCATTER) or nodes != n):
+            continue  # PAT: allgather and reduce-scatter at one gpu per node only
         graph = graphs[algorithm]
         if graph is None:
             continue  # not supported: NCCL zeroes its bandwidth
@@ -391,7 +400,7 @@ def _tuning_table_223(kind: Kind, machine: Machine) -> dict[tuple[str, str], tup
             continue
         collnet = algorithm in (COLLNET_DIRECT, COLLNET_CHAIN)
         for protocol in PROTOCOLS:
-            if algorithm in (NVLS, NVLS_TREE, COLLNET_DIRECT, COLLNET_CHAIN) and protocol != SIMPLE:
+            if algorithm in (NVLS, NVLS_TREE, COLLNET_DIRECT, COLLNET_CHAIN, PAT) and protocol != SIMPLE:
                 continue
             bw = graph.bw_intra if nodes <= 2 or collnet else graph.bw_inter
             if algorithm == NVLS:
@@ -409,6 +418,8 @@ def _tuning_table_223(kind: Kind, machine: Machine) -> dict[tuple[str, str], tup
                 bus = min(bus / 3.8, ll_max)
             if algorithm == TREE and protocol == LL128:
                 bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128), graph.channels * tree_ll128_max)
+            if algorithm == PAT:
+                bus *= PAT_BUS_FACTOR
             if algorithm == COLLNET_DIRECT:
                 factor = ppn / graph.channels  # gpus per NIC
                 factor -= (factor - 1) / 2
@@ -449,6 +460,8 @@ def _tuning_table_223(kind: Kind, machine: Machine) -> dict[tuple[str, str], tup
                 latency += 2 * (local - 1) * intra + inter
             elif algorithm == NVLS:
                 latency = intra + (inter if nodes > 1 else 0.0)
+            elif algorithm == PAT:  # replaces the base latency
+                latency = PAT_BASE_LATENCY + log2i(nodes) * (inter / PAT_LOG_DIVISOR) + n * PAT_PER_RANK_LATENCY
             else:  # NVLS_TREE
                 latency += intra + 2 * log2i(nodes) * inter
             table[(algorithm, protocol)] = (latency, bus)
@@ -521,7 +534,7 @@ def channels_at(machine: Machine, algorithm: str, protocol: str, size: int) -> i
     """
     if algorithm in (NVLS, NVLS_TREE):
         return NVLS_CHANNELS  # NVLS and NVLS-Tree always use comm->nvlsChannels
-    graph = machine.tree if algorithm == TREE else machine.ring
+    graph = machine.tree if algorithm in (TREE, PAT) else machine.ring
     channels = all_channels(machine)
     threads = MAX_THREADS[protocol]
     if algorithm == RING and protocol == SIMPLE and graph.bw_intra * graph.channels <= PCI_BW:
@@ -850,6 +863,8 @@ def nccl(topology: Topology, kind: Kind, *, root: int | None = None, size: int |
     params["plan"] = {"protocol": chosen_protocol}
     if chosen_algorithm in (NVLS, NVLS_TREE, COLLNET_DIRECT, COLLNET_CHAIN):
         return _build_in_switch(topology, kind, root, chosen_algorithm, nvls_switches, params)
+    if chosen_algorithm == PAT:
+        return _build_pat(topology, kind, params)
     schedule = _build(topology, kind, root, size_bytes, chosen_algorithm, chosen_protocol, channels, rings,
                       boxes, machine, params)
     return schedule
@@ -888,6 +903,20 @@ def _grouped(topology: Topology, kind: Kind, weights: tuple[int, ...], size: int
     return grouped_chains(topology, collective, chains, "nccl", params)
 
 
+def one_gpu_per_node(topology: Topology) -> bool:
+    """True when the topology declares every gpu its own box (a cluster of single-gpu servers): NCCL's
+    ``nNodes == nRanks``, where it runs PAT for allgather and reduce-scatter.
+
+    Examples
+    --------
+    >>> from synth.library import load_topology
+    >>> one_gpu_per_node(load_topology("leaf-spine:servers=true")), one_gpu_per_node(load_topology("leaf-spine"))
+    (True, False)
+    """
+    boxes = topology.boxes
+    return boxes is not None and topology.num_ranks >= 2 and len(set(boxes)) == topology.num_ranks
+
+
 def _machine(topology: Topology, kind: Kind, gpu: str, cpu: str,
              key: str) -> tuple[Machine, list[list[int]], list[list[int]] | None, list[str] | None]:
     """The machine NCCL's model sees (its emulated graphs; from 2.23 the NVLS and CollNet graphs where
@@ -896,7 +925,7 @@ def _machine(topology: Topology, kind: Kind, gpu: str, cpu: str,
     rings = channel_rings(topology, auto_channels(topology))
     boxes = box_groups(topology)
     ring_graph, tree_graph = emulate_graphs(topology, rings, boxes, gpu, key)
-    nodes = len(boxes) if boxes else 1
+    nodes = n if one_gpu_per_node(topology) else len(boxes) if boxes else 1
     nvls_graph = collnet_graph = None
     nvls_switches = rails = None
     collnet_direct = False
@@ -941,6 +970,8 @@ def _why_disabled(topology: Topology, kind: Kind, machine: Machine, algorithm: s
                            "(IB SHARP) for every rail, and allreduce")
         elif COLLNET_DIRECT in names and not machine.collnet_direct:
             reasons.append("CollNet Direct needs an NVSwitch in the box and at most 8 gpus per node")
+    if PAT in names:
+        reasons.append("PAT runs allgather and reduce-scatter only, at one gpu per node (every gpu its own box)")
     return "; ".join(reasons)
 
 
@@ -967,6 +998,26 @@ def _build_in_switch(topology: Topology, kind: Kind, root: int | None, algorithm
         shape = {NVLS: "nvls", COLLNET_DIRECT: "direct", COLLNET_CHAIN: "chain"}[algorithm]
         schedule = collnet(topology, kind, shape=shape)
     merged = {**schedule.params, **params, "built_by": schedule.algorithm}
+    return dataclasses.replace(schedule, algorithm="nccl", params=merged)
+
+
+def _build_pat(topology: Topology, kind: Kind, params: dict[str, Any]) -> Schedule:
+    """PAT's data movement in ceil(log2 N) lock-step rounds: allgather as Bruck's distance-doubling exchange
+    (:func:`synth.algorithms.bruck.bruck`: round k sends the 2^k blocks a gpu holds to the gpu 2^k away),
+    reduce-scatter as recursive halving (:func:`synth.algorithms.rhd.rhd`), one chunk per rank, relabelled
+    ``nccl``. NCCL's PAT runs the same binomial trees shifted per rank with their sends aggregated, the
+    farthest first; through the switches of a one-gpu-per-node fabric the distance order does not change
+    a round's bytes or its latency."""
+    n = topology.num_ranks
+    if kind == Kind.ALLGATHER:
+        from synth.algorithms.bruck import bruck
+
+        schedule = bruck(topology, kind, chunks=n)
+    else:
+        from synth.algorithms.rhd import rhd
+
+        schedule = rhd(topology, kind, chunks=n)
+    merged = {**schedule.params, **params, "built_by": schedule.algorithm, "chunks": n}
     return dataclasses.replace(schedule, algorithm="nccl", params=merged)
 
 

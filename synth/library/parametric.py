@@ -134,6 +134,7 @@ def leaf_spine(
     uplink_bandwidth: float | None = None,
     latency: float = 0.5,
     sharp: bool = False,
+    servers: bool = False,
 ) -> Topology:
     """A 2-tier leaf-spine (folded Clos, fat-tree) network.
 
@@ -141,7 +142,9 @@ def leaf_spine(
     links to every ``spine{s}`` at ``uplink_bandwidth``, which defaults to non-blocking
     (gpus_per_leaf * bandwidth / spines); a smaller value oversubscribes the uplinks. ``sharp`` gives
     every leaf and spine InfiniBand SHARP (reduction and multicast,
-    :func:`synth.library.nvidia.sharp_capabilities`).
+    :func:`synth.library.nvidia.sharp_capabilities`). ``servers`` makes every gpu its own server (a box of
+    one gpu: a cluster of single-gpu nodes on the fabric): every step between gpus is a network step, and
+    NCCL runs as it does at one gpu per node (its PAT for allgather and reduce-scatter).
 
     Examples
     --------
@@ -164,12 +167,15 @@ def leaf_spine(
     links += [(leaf, spine, uplink, latency) for leaf in leaf_ids for spine in spine_ids]
     if not isinstance(sharp, bool):
         raise InputError("", "sharp", f"expected true or false, got {sharp!r}")
+    if not isinstance(servers, bool):
+        raise InputError("", "servers", f"expected true or false, got {servers!r}")
     from synth.library.nvidia import sharp_capabilities
 
     return Topology.build(
-        "leaf-spine", gpus, leaf_ids + spine_ids, links,
+        "leaf-spine", gpus, leaf_ids + spine_ids, links, boxes=list(range(len(gpus))) if servers else None,
         description=f"leaf-spine: {leaves} leaves x {gpus_per_leaf} gpus ({bandwidth} GB/s each), "
-                    f"{spines} spines, {uplink:g} GB/s per leaf-spine link",
+                    f"{spines} spines, {uplink:g} GB/s per leaf-spine link"
+                    + (", every gpu its own server" if servers else ""),
         capabilities=dict.fromkeys(leaf_ids + spine_ids, sharp_capabilities()) if sharp else None)
 
 
