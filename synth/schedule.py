@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol, Self
@@ -720,6 +720,23 @@ class ScheduleBuilder:
         self.transfers.append(Transfer(tid, src, dst, chunk, op, tuple(path), tuple(sorted(set(deps))),
                                        src_scratch, dst_scratch))
         return tid
+
+    def add_chain(self, chunk: int, legs: Sequence[tuple[int, int, tuple[str, ...]]],
+                  deps: tuple[int, ...] = ()) -> int:
+        """Append copies of ``chunk`` along ``legs`` ((src, dst, path) each, a relay chain), each after the
+        one before it (the first after ``deps``, sorted and distinct); return the last id."""
+        transfers = self.transfers
+        first = len(transfers)
+        if first + len(legs) > self._cap:
+            from synth import limits
+
+            limits.check_transfers(first + len(legs), f"{self.algorithm} {self.collective.kind} on "
+                                   f"{len(self.ranks)} gpus with {self.collective.chunks} chunks")
+        previous = deps
+        for offset, (src, dst, path) in enumerate(legs):
+            transfers.append(Transfer(first + offset, src, dst, chunk, COPY, path, previous))
+            previous = (first + offset,)
+        return len(transfers) - 1
 
     def add_switch_op(self, switch: str, kind: Literal["reduce", "multicast"], chunk: int, op: str = "sum",
                       dtype: str = "f32") -> int:

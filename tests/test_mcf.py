@@ -153,3 +153,47 @@ def test_cli_bound_alltoall(capsys, monkeypatch):
     assert outcome.code == 0 and "optimal alltoall algbw (LP)" in outcome.out and "every gpu subset" in outcome.out
     outcome = run_cli(["bound", "switch:n=4", "-c", "gather"], capsys, monkeypatch)
     assert outcome.code == 2 and "unknown collective" in outcome.err
+
+
+# ------------------------------------------------------------- the LP on series-contracted switches
+def _without_nics(topology: Topology) -> Topology:
+    """The topology with each switch that joins two nodes in series replaced by a direct link of the smaller
+    capacity (what the LP is written on), built independently of the LP code."""
+    graph = topology.graph
+    series: list[str] = []
+    for w in topology.switches:  # not two in a row: a chain keeps its other switches
+        around = set(graph.successors(w))
+        if around == set(graph.predecessors(w)) and len(around) == 2 and not around & set(series):
+            series.append(w)
+    links = [(u, v, float(d["bandwidth"]), float(d["latency"])) for u, v, d in graph.edges(data=True)
+             if u not in series and v not in series]
+    for w in series:
+        a, b = sorted(graph.successors(w))
+        links += [(x, y, min(graph.edges[x, w]["bandwidth"], graph.edges[w, y]["bandwidth"]), 0.0)
+                  for x, y in ((a, b), (b, a))]
+    return Topology.build("direct", topology.gpus, [s for s in topology.switches if s not in series], links,
+                          bidirectional=False)
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100:boxes=2", "dgx-h100:boxes=2", "dgx-superpod:sus=1,nodes_per_su=2,sus_per_pod=1"])
+def test_series_switches_keep_the_optimum_and_paths_stay_on_the_topology(spec):
+    from synth.demand import moe
+
+    topology = load_topology(spec)
+    n = topology.num_ranks
+    demand = tuple(tuple(row) for row in moe(n, experts_per_gpu=8, top_k=2, zipf=1.0, seed=0).to_chunks().matrix)
+    flow = solve_alltoall_lp(topology, demand=demand)
+    assert flow.algbw_GBps == pytest.approx(solve_alltoall_lp(_without_nics(topology), demand=demand).algbw_GBps,
+                                            rel=1e-9)
+    graph = topology.graph
+    for (src, dst), options in flow.paths.items():
+        for path, _ in options:
+            assert path[0] == topology.gpus[src] and path[-1] == topology.gpus[dst]
+            assert all(graph.has_edge(u, v) for u, v in zip(path, path[1:], strict=False))
+    assert set(flow.link_flow) == set(graph.edges)
+    for (u, v), amount in flow.link_flow.items():
+        assert amount <= float(graph.edges[u, v]["bandwidth"]) * (1 + 1e-6)
+    # a NIC carries what its gpu sends out of the box, both hops of the contracted link alike
+    nic = next(w for w in topology.switches if "nic" in w)
+    (a, b) = sorted(graph.successors(nic))
+    assert flow.link_flow[(a, nic)] == pytest.approx(flow.link_flow[(nic, b)])

@@ -250,12 +250,9 @@ def mcf(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int 
         ids = iter(coll.pair_chunks(src, dst) if base is not None else
                    range(src * coll.chunks + dst * per_pair, src * coll.chunks + (dst + 1) * per_pair))
         for path, count in options:
-            pieces = _split_at_relays(topology, path)
+            legs = [(rank_of[piece[0]], rank_of[piece[-1]], piece) for piece in _split_at_relays(topology, path)]
             for _ in range(count):
-                chunk = next(ids)
-                previous: list[int] = []
-                for piece in pieces:
-                    previous = [builder.add(rank_of[piece[0]], rank_of[piece[-1]], chunk, piece, deps=previous)]
+                builder.add_chain(next(ids), legs)
     return builder.build()
 
 
