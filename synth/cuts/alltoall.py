@@ -9,7 +9,9 @@ rate λ (GB/s) that every pair can sustain at once on the real topology, switche
 bandwidth-optimal alltoall time is then (n/N)/λ and its algbw N·λ.
 
 It is written arc-flow and *aggregated by source*: commodity s is the flow of everything gpu s sends,
-so there are N commodities instead of N², each with a flow variable per directed link::
+so there are N commodities instead of N², each with a flow variable per directed link (a switch that
+joins just two nodes in series, such as a NIC between its gpu and a rail switch, is folded into one link
+each way of the smaller capacity: the same optimum with fewer variables; paths come back through it)::
 
     maximize λ
     subject to  Σ_s f_s(e) <= b(e)                         for every link e (GB/s)
