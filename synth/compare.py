@@ -227,7 +227,9 @@ def baseline_description(topology: Topology, name: str = "nccl", version: str | 
                 "and the protocol, chosen per size by its tuning model")
     single = one_gpu_per_node(topology)
     pat = (f"; every gpu is its own box (one gpu per node), where NCCL {release} also runs PAT for allgather "
-           "and reduce-scatter, chosen per size by the same model") if single and key != "2.16" else ""
+           "and reduce-scatter, chosen per size by the same model (PAT runs Simple only, whose per-step network "
+           "latency the flow model charges in full, so its time there may exceed the LL ring's that NCCL's "
+           "model ranks below it)") if single and key != "2.16" else ""
     return (f"nccl: what NCCL {release} would run; {topology.name} has no NVLink boxes with NIC rails, so that is "
             f"NCCL's ring (and, for allreduce, its tree) over the fabric{' or ' + ', '.join(extras) if extras else ''}, "
             f"protocol by its tuning model{pat}")

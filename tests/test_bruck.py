@@ -1,4 +1,5 @@
-"""Bruck allgather and alltoall: verified for any rank count, and the closed forms of cost-models.md."""
+"""Bruck allgather, reduce-scatter and alltoall: verified for any rank count, and the closed forms of
+cost-models.md."""
 
 from __future__ import annotations
 
@@ -40,6 +41,23 @@ def test_allgather_closed_form(n):
         assert relative(evaluate(schedule, topo, size, **IDEAL).time_s, expected) < 1e-9
 
 
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 8, 11, 16])
+def test_reducescatter_is_the_allgather_reversed(n):
+    """The same ⌈log2 p⌉ rounds and bytes as the allgather, each copy a reduction, in reverse order."""
+    topo = load_topology(f"switch:n={n}")
+    gather = synthesize(topo, Kind.ALLGATHER, "bruck")
+    scatter = synthesize(topo, Kind.REDUCESCATTER, "bruck")
+    verify(scatter, topo)
+    assert scatter.params["rounds"] == math.ceil(math.log2(n))
+    assert {t.op for t in scatter.transfers} == {"reduce"}
+    # transfer for transfer: the allgather's copy r -> s of a block is a reduction s -> r of it
+    assert sorted((t.dst, t.src, t.chunk) for t in gather.transfers) == sorted(
+        (t.src, t.dst, t.chunk) for t in scatter.transfers)
+    for size in (1024 * n, 2**30):
+        assert relative(evaluate(scatter, topo, size, **IDEAL).time_s,
+                        evaluate(gather, topo, size, **IDEAL).time_s) < 1e-9
+
+
 @pytest.mark.parametrize("n", [2, 4, 8, 16])
 def test_alltoall_closed_form(n):
     """Power of two: log2(p)·α + (n/2)·log2(p)·β (half the blocks move in every round)."""
@@ -56,7 +74,7 @@ def test_alltoall_closed_form(n):
 @pytest.mark.parametrize("n", range(2, 18))
 def test_every_rank_count_verifies(n):
     topo = load_topology(f"switch:n={n}")
-    for kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+    for kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL):
         for chunks in (n, 2 * n):
             schedule = synthesize(topo, kind, "bruck", chunks=chunks)
             verify(schedule, topo)
@@ -66,7 +84,7 @@ def test_every_rank_count_verifies(n):
 @pytest.mark.parametrize("spec", sorted(set(SHIPPED_FILES.values())))
 def test_shipped_topologies_verify(spec):
     topo = load_topology(spec)
-    for kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+    for kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL):
         verify(synthesize(topo, kind, "bruck"), topo)
 
 
@@ -79,7 +97,7 @@ def test_other_collectives_are_refused():
 @given(document=topology_documents(max_gpus=7))
 def test_random_topologies_verify(document):
     topo = Topology.from_dict(document)
-    for kind in (Kind.ALLGATHER, Kind.ALLTOALL):
+    for kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL):
         schedule = synthesize(topo, kind, "bruck")
         verify(schedule, topo)
         assert schedule.to_json() == synthesize(topo, kind, "bruck").to_json()

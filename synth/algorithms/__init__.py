@@ -116,7 +116,7 @@ register("forest", "synth.algorithms.forest:forest", {AG, RS, AR, BC, RD}, "band
 register("tree", "synth.algorithms.tree:tree", {AR}, "double binary tree, pipelined, chunks from size=... (shape=binomial: binomial tree)",
          size_sensitive=True, variants=({}, {"shape": "binomial"}), reads_as="tree")
 register("rhd", "synth.algorithms.rhd:rhd", {AG, RS, AR}, "recursive halving-doubling (Rabenseifner), any N, rank mapping")
-register("bruck", "synth.algorithms.bruck:bruck", {AG, A2A}, "Bruck: ceil(log2 N) rounds of doubling distance")
+register("bruck", "synth.algorithms.bruck:bruck", {AG, RS, A2A}, "Bruck: ceil(log2 N) rounds of doubling distance")
 register("hierarchical", "synth.algorithms.hierarchical:hierarchical", {AG, RS, AR}, "Blue-Connect: rings inside boxes, then across")
 register("multidim", "synth.algorithms.multidim:multidim", {AG, RS, AR}, "one ring per dimension in turn (scheduler=themis: balanced)",
          variants=({}, {"scheduler": "themis"}))

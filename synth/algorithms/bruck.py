@@ -1,8 +1,13 @@
-"""Bruck's algorithms for allgather and alltoall: ceil(log2 N) rounds at distances 1, 2, 4, ...
+"""Bruck's algorithms for allgather, reduce-scatter and alltoall: ceil(log2 N) rounds at distances 1, 2, 4, ...
 
 - Allgather: in round k rank r sends every block it holds (those of ranks r, r+1, ..., r+2^k-1, mod N)
   to rank r - 2^k and receives the next 2^k from rank r + 2^k; the last round sends only the
   N - 2^k blocks still missing. Time on a uniform network: ceil(log2 N)·α + ((N-1)/N)·n·β.
+- Reduce-scatter: the allgather reversed in time, its copies turned into reductions: the rounds run from
+  the largest distance down, and in the round of distance d rank q reduces its partial sums of the blocks
+  of ranks q+d, ..., q+d+s-1 into rank q + d (s the blocks that allgather round sent). Every block's
+  contributions meet at its owner along the allgather's tree for it reversed, in ceil(log2 N) rounds for
+  any N.
 - Alltoall: the block from rank o to rank d has to travel (d - o) mod N ranks forward; in round k
   every rank forwards to r + 2^k every block it holds whose remaining distance has bit k set. Time:
   ceil(log2 N)·α + (about n/2 per round)·β, i.e. (n/2)·log2(N)·β for N a power of two.
@@ -18,18 +23,18 @@ from __future__ import annotations
 from synth.algorithms.rhd import LockstepRounds
 from synth.algorithms.utils import OrderedBuilder, make_collective
 from synth.collectives import Kind
-from synth.schedule import COPY, Schedule
+from synth.schedule import COPY, REDUCE, Schedule
 from synth.topology import Topology
 
 
 def bruck(topology: Topology, kind: Kind, *, chunks: int | None = None, root: int | None = None) -> Schedule:
-    """Bruck allgather or alltoall.
+    """Bruck allgather, reduce-scatter or alltoall.
 
     Parameters
     ----------
     topology : Topology
     kind : Kind
-        ``allgather`` or ``alltoall``.
+        ``allgather``, ``reducescatter`` or ``alltoall``.
     chunks : int, optional
         Chunks C (per rank's buffer for alltoall), a multiple of N; default N.
 
@@ -47,7 +52,18 @@ def bruck(topology: Topology, kind: Kind, *, chunks: int | None = None, root: in
     rounds = LockstepRounds(builder, topology)
     count = 0
     distance = 1
-    if kind == Kind.ALLGATHER:
+    if kind == Kind.REDUCESCATTER:
+        steps = []
+        while distance < n:
+            steps.append((distance, min(distance, n - distance)))
+            distance *= 2
+        for distance, sent in reversed(steps):
+            for q in range(n):
+                owners = [(q + distance + j) % n for j in range(sent)]
+                rounds.send(q, (q + distance) % n, [c for o in owners for c in range(o * per, (o + 1) * per)], REDUCE)
+            rounds.end_round()
+            count += 1
+    elif kind == Kind.ALLGATHER:
         while distance < n:
             sent = min(distance, n - distance)
             for r in range(n):

@@ -1002,22 +1002,16 @@ def _build_in_switch(topology: Topology, kind: Kind, root: int | None, algorithm
 
 
 def _build_pat(topology: Topology, kind: Kind, params: dict[str, Any]) -> Schedule:
-    """PAT's data movement in ceil(log2 N) lock-step rounds: allgather as Bruck's distance-doubling exchange
-    (:func:`synth.algorithms.bruck.bruck`: round k sends the 2^k blocks a gpu holds to the gpu 2^k away),
-    reduce-scatter as recursive halving (:func:`synth.algorithms.rhd.rhd`), one chunk per rank, relabelled
-    ``nccl``. NCCL's PAT runs the same binomial trees shifted per rank with their sends aggregated, the
-    farthest first; through the switches of a one-gpu-per-node fabric the distance order does not change
-    a round's bytes or its latency."""
-    n = topology.num_ranks
-    if kind == Kind.ALLGATHER:
-        from synth.algorithms.bruck import bruck
+    """PAT's data movement in ceil(log2 N) lock-step rounds for any N: Bruck's allgather (round k sends the
+    2^k blocks a gpu holds to the gpu 2^k away) or its time reversal for reduce-scatter
+    (:func:`synth.algorithms.bruck.bruck`), one chunk per rank, relabelled ``nccl``. NCCL's PAT runs the
+    same binomial trees shifted per rank with their sends aggregated, the farthest first; through the
+    switches of a one-gpu-per-node fabric the distance order does not change a round's bytes or its
+    latency."""
+    from synth.algorithms.bruck import bruck
 
-        schedule = bruck(topology, kind, chunks=n)
-    else:
-        from synth.algorithms.rhd import rhd
-
-        schedule = rhd(topology, kind, chunks=n)
-    merged = {**schedule.params, **params, "built_by": schedule.algorithm, "chunks": n}
+    schedule = bruck(topology, kind, chunks=topology.num_ranks)
+    merged = {**schedule.params, **params, "built_by": schedule.algorithm, "chunks": topology.num_ranks}
     return dataclasses.replace(schedule, algorithm="nccl", params=merged)
 
 
