@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.algorithms import synthesize
 from synth.astra import (
     AstraDim,
     AstraSystem,
@@ -19,6 +18,7 @@ from synth.astra import (
     simulate,
     us_to_ns,
 )
+from synth.choose import synthesize  # as every command synthesizes (milp: its epochs chosen by simulation)
 from synth.collectives import Kind
 from synth.errors import InfeasibleError, LimitError, NotApplicable, SynthError
 from synth.evaluate import evaluate
@@ -230,7 +230,7 @@ def _groups():
     for case in _measured_cases():
         if _selected(case):
             label = "msccl programs" if case["algorithm"].startswith("msccl:") else case["topology"].split(",bandwidth")[0]
-        groups.setdefault(label + (" sliced" if case["slices"] > 1 else ""), []).append(case)
+            groups.setdefault(label + (" sliced" if case["slices"] > 1 else ""), []).append(case)
     return groups
 
 

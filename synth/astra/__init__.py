@@ -204,8 +204,8 @@ def simulate_astra(schedule: Schedule, topology: Topology, size: int, plan: Plan
 
 
 def schedule_fingerprint(schedule: Schedule) -> str:
-    """First 16 hex digits of the SHA-256 of the schedule's JSON, less a pinned plan: which schedule an
-    ASTRA-sim measurement (``make astra-check --record``) is of.
+    """First 16 hex digits of the SHA-256 of the schedule's JSON, less a pinned plan and a choice's record:
+    which schedule an ASTRA-sim measurement (``make astra-check --record``) is of.
 
     Examples
     --------
@@ -217,8 +217,11 @@ def schedule_fingerprint(schedule: Schedule) -> str:
     import dataclasses
     import hashlib
 
-    if "plan" in schedule.params:  # ASTRA-sim models no protocol or slicing: a pinned plan is not what it ran
-        schedule = dataclasses.replace(schedule, params={k: v for k, v in schedule.params.items() if k != "plan"})
+    # ASTRA-sim models no protocol or slicing: a pinned plan is not what it ran; nor is the record of how a
+    # choice got to the schedule (milp's simulated epoch candidates)
+    left_out = {"plan", "epoch_choice"}
+    if left_out & set(schedule.params):
+        schedule = dataclasses.replace(schedule, params={k: v for k, v in schedule.params.items() if k not in left_out})
     return hashlib.sha256(schedule.to_json().encode()).hexdigest()[:16]
 
 
