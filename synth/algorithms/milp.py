@@ -58,8 +58,8 @@ chooses the epoch, the order, the solution and the dependency variant by simulat
 at ``size``, chunk by chunk with the plain α-β costs).
 
 What produced the result (``params``): ``result`` is ``"optimal"`` (``proved_by`` ``"bound"`` or
-``"cp-sat"``: no schedule has fewer epochs), ``"improved"`` (a CP-SAT solution simulates faster than
-the greedy plan) or ``"greedy"`` (``why`` says why: the model too large, nothing faster found, cpsat
+``"cp-sat"``: no schedule has fewer epochs), ``"improved"`` (the rank puts a CP-SAT solution ahead of
+the greedy plan: it simulates faster, in the choice) or ``"greedy"`` (``why`` says why: the model too large, nothing faster found, cpsat
 never); ``gap`` ((epochs - lower bound) / epochs, 0 = optimal in the epoch model), ``variables`` and
 ``model`` (the model CP-SAT solved or would have), ``greedy_epochs`` and ``greedy_us`` /
 ``simulated_us`` (the greedy plan's and the result's time in the flow model at chunk granularity, the
@@ -169,7 +169,7 @@ class PhaseResult:
     """The outcome of solving one instance.
 
     ``result`` is ``"optimal"`` (no schedule has fewer epochs: ``proved_by`` the combinatorial bound or
-    CP-SAT), ``"improved"`` (a CP-SAT solution simulates faster than the greedy plan) or ``"greedy"``
+    CP-SAT), ``"improved"`` (the rank puts a CP-SAT solution ahead of the greedy plan) or ``"greedy"``
     (the greedy plan, ``why`` says why).
     """
 
