@@ -197,3 +197,18 @@ def test_series_switches_keep_the_optimum_and_paths_stay_on_the_topology(spec):
     nic = next(w for w in topology.switches if "nic" in w)
     (a, b) = sorted(graph.successors(nic))
     assert flow.link_flow[(a, nic)] == pytest.approx(flow.link_flow[(nic, b)])
+
+
+def test_parallel_series_switches_are_not_merged():
+    """Two NICs between the same gpu and switch: only one is folded, so each keeps its own capacity."""
+    links = [("g0", "nic0a", 10.0), ("nic0a", "net", 10.0), ("g0", "nic0b", 10.0), ("nic0b", "net", 10.0),
+             ("g1", "nic1", 20.0), ("nic1", "net", 20.0)]
+    topology = Topology.build("two-nics", ["g0", "g1"], ["nic0a", "nic0b", "nic1", "net"], links)
+    flow = solve_alltoall_lp(topology)
+    assert flow.algbw_GBps == pytest.approx(40.0)  # 20 GB/s each way per pair, g0 over both of its NICs
+    for (u, v), amount in flow.link_flow.items():
+        assert amount <= float(topology.graph.edges[u, v]["bandwidth"]) * (1 + 1e-6)
+    assert flow.link_flow[("g0", "nic0a")] == pytest.approx(10.0)
+    assert flow.link_flow[("g0", "nic0b")] == pytest.approx(10.0)
+    schedule = mcf(topology, Kind.ALLTOALL)
+    verify(schedule, topology)

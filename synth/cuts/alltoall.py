@@ -319,8 +319,8 @@ class _SeriesContracted:
             if len(around) != 2 or set(graph.predecessors(switch)) != around:
                 continue
             a, b = sorted(around)
-            if graph.has_edge(a, b) or graph.has_edge(b, a) or a in inner or b in inner:
-                continue  # a parallel link, or a chain of such switches: kept as they are
+            if graph.has_edge(a, b) or graph.has_edge(b, a) or a in inner or b in inner or (a, b) in inner.values():
+                continue  # a parallel link or switch, or a chain of such switches: kept as they are
             inner[switch] = (a, b)
         self.nodes = [node for node in graph.nodes if node not in inner]
         self.edges: list[tuple[str, str]] = [(u, v) for u, v in graph.edges if u not in inner and v not in inner]
