@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from synth.algorithms.milp import (
     GREEDY_ORDERS,
@@ -53,6 +54,19 @@ from synth.schedule import Schedule
 from synth.topology import Topology
 
 __all__ = ["FlowRank", "choose"]
+
+T = TypeVar("T")
+
+
+def _fastest(candidates: Iterable[T], seconds: Callable[[T], float]) -> tuple[float, T] | None:
+    """The first candidate no later one beats by more than a relative 1e-9 (round-off is no win), with its
+    time; None for no candidates."""
+    best: tuple[float, T] | None = None
+    for candidate in candidates:
+        time_s = seconds(candidate)
+        if best is None or time_s < best[0] * (1 - 1e-9):
+            best = (time_s, candidate)
+    return best
 
 
 def choose(topology: Topology, kind: Kind, size: int | str | None = None, *, progress: ProgressFunction | None = None,
@@ -153,27 +167,25 @@ def _best_plan(setup: PhaseSetup, instance: Instance, rank: FlowRank,
         plan = setup.greedy(instance, order)
         if plan is not None:
             made.append(plan)
-    best: tuple[float, Plan] | None = None
-    for plan in made:
-        seconds = rank.seconds(instance, plan)
-        if best is None or seconds < best[0] * (1 - 1e-9):
-            best = (seconds, plan)
+    best = _fastest(made, lambda plan: rank.seconds(instance, plan))
     return (best[1] if best else None), made
 
 
 def _fastest_variant(problem: Problem, phases: list[tuple[str, PhaseResult]]) -> Schedule:
-    """The whole schedule in the dependency variant that simulates fastest (step 4)."""
-    from synth.flow import simulate
-
+    """The whole schedule in the dependency variant that simulates fastest (step 4), through a
+    :class:`~synth.choose.Search` without progress (the phases have reported their end)."""
     variants = problem.variants()
     if len(variants) == 1:
         return problem.schedule(phases, variants[0])
-    best: tuple[float, Schedule] | None = None
-    for variant in variants:
-        schedule = problem.schedule(phases, variant)
-        seconds = simulate(schedule, problem.topology, problem.settings.size)
-        if best is None or seconds < best[0] * (1 - 1e-9):
-            best = (seconds, schedule)
+    search = Search(problem.topology, problem.collective.kind, problem.settings.size)
+
+    def seconds(schedule: Schedule) -> float:
+        variant = schedule.params["order_deps"]
+        time_s = search.measure(schedule, variant, f"{variant} deps", ideal=True, limited=False)
+        assert time_s is not None  # not limited: never refused
+        return time_s
+
+    best = _fastest((problem.schedule(phases, variant) for variant in variants), seconds)
     assert best is not None
     return best[1]
 
